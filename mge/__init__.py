@@ -1,0 +1,32 @@
+"""mge: MegEngine's imperative runtime rebuilt in Python.  ``import mge as megengine``.
+
+    >>> import mge
+    >>> import mge.functional as F
+    >>> x = mge.tensor([[1.0, -2.0], [3.0, 4.0]])
+    >>> F.relu(x).sum().item()
+    8.0
+"""
+__version__ = "0.1.0"
+
+from . import _core  # noqa: F401  (ops and the runtime)
+from ._core import tensor as _tensor_mod
+from ._core.device import get_default_device, set_default_device
+from .tensor import Parameter, Tensor, tensor
+from . import functional  # noqa: E402
+
+_tensor_mod.F = functional
+
+from . import amp, config, core, device, random  # noqa: E402,F401
+from ._core.plugins import load_plugins as _load_plugins  # noqa: E402
+
+_load_plugins()
+
+
+def _full_sync():
+    """Wait until every op issued so far has run (MegEngine's ``_full_sync``)."""
+    from ._core.channel import get_channel
+    get_channel().sync()
+
+
+__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "config", "core",
+           "device", "get_default_device", "set_default_device", "__version__"]

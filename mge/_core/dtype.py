@@ -1,0 +1,118 @@
+"""Dtype conventions of MegEngine on top of numpy dtypes.
+
+MegEngine has no 64-bit default types: Python ints and int64 data become int32, Python floats and
+float64 data become float32, bools stay bool.  mge also accepts ``float64``/``int64`` when asked for
+explicitly (useful for float64 reference checks); this difference is written down in
+``docs/differences.rst``.
+"""
+import numpy as np
+
+__all__ = ["canonical", "host_array", "promote_args", "is_float", "is_integral"]
+
+_NARROW = {
+    np.dtype("float64"): np.dtype("float32"),
+    np.dtype("int64"): np.dtype("int32"),
+    np.dtype("uint64"): np.dtype("int32"),
+    np.dtype("uint32"): np.dtype("int32"),
+}
+float32 = np.dtype("float32")
+int32 = np.dtype("int32")
+bool_ = np.dtype("bool")
+_cache = {}
+
+
+def canonical(dtype):
+    """Turn a user's dtype argument (``"float32"``, ``np.int32``, ``np.dtype``) into a numpy dtype."""
+    try:
+        return _cache[dtype]
+    except (KeyError, TypeError):
+        pass
+    try:
+        d = np.dtype(dtype)
+    except TypeError as e:
+        raise TypeError(f"unsupported dtype {dtype!r}") from e
+    if d.kind not in "biuf":
+        raise TypeError(f"unsupported dtype {d}: mge tensors hold bool, integer or float data")
+    try:
+        _cache[dtype] = d
+    except TypeError:
+        pass
+    return d
+
+
+def is_float(dtype):
+    return dtype.kind == "f"
+
+
+def is_integral(dtype):
+    return dtype.kind in "iub"
+
+
+def host_array(data, dtype=None):
+    """A fresh, contiguous host array for ``data`` with MegEngine's default dtype rules.
+
+    The result never aliases ``data``: a tensor owns its storage.
+    """
+    if dtype is not None:
+        dtype = canonical(dtype)
+        try:
+            arr = np.array(data, dtype=dtype, order="C")
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"cannot convert {type(data).__name__} to a tensor of {dtype}: {e}") from e
+        return arr
+    if isinstance(data, np.ndarray):
+        d = _NARROW.get(data.dtype, data.dtype)
+        if d.kind not in "biuf":
+            raise TypeError(f"unsupported dtype {data.dtype}: mge tensors hold bool, integer or float data")
+        return np.array(data, dtype=d, order="C")
+    if isinstance(data, bool):
+        return np.array(data, dtype=bool_)
+    if isinstance(data, int):
+        return np.array(data, dtype=int32)
+    if isinstance(data, float):
+        return np.array(data, dtype=float32)
+    try:
+        arr = np.asarray(data)
+    except (ValueError, TypeError) as e:
+        raise TypeError(f"cannot convert {type(data).__name__} to a tensor: {e}") from e
+    d = _NARROW.get(arr.dtype, arr.dtype)
+    if d.kind not in "biuf":
+        raise TypeError(f"cannot convert {type(data).__name__} with dtype {arr.dtype} to a tensor")
+    return np.array(arr, dtype=d, order="C")
+
+
+def promote_args(tensor_dtypes, others):
+    """The dtype given to non-tensor arguments of ``apply`` (MegEngine's ``_dtype_promotion``).
+
+    ``tensor_dtypes`` are the dtypes of the tensor and array arguments; ``others`` are the Python
+    values.  Python numbers are weak: they do not widen a tensor's dtype, except that a float meets
+    integers with float32.
+    """
+    has_float = has_int = has_bool = False
+    for v in others:
+        if isinstance(v, bool):
+            has_bool = True
+        elif isinstance(v, int):
+            has_int = True
+        elif isinstance(v, float):
+            has_float = True
+        else:
+            a = np.asarray(v)
+            d = _NARROW.get(a.dtype, a.dtype)
+            tensor_dtypes = tensor_dtypes + [d] if isinstance(tensor_dtypes, list) else list(tensor_dtypes) + [d]
+    if tensor_dtypes:
+        d = tensor_dtypes[0]
+        for x in tensor_dtypes[1:]:
+            if x != d:
+                d = np.promote_types(d, x)
+        d = _NARROW.get(d, d)
+        if has_float and d.kind != "f":
+            return float32
+        if has_int and d.kind == "b":
+            return int32
+        return d
+    if has_float:
+        return float32
+    if has_int:
+        return int32
+    return bool_

@@ -1,0 +1,159 @@
+"""The op registry: ops are small immutable descriptions; their rules live in side tables.
+
+An op class lists its parameters in ``_fields``; instances are immutable, hashable and compare by
+value, so they can be cached and used as dictionary keys (trace and the channel do so).  The rules
+of an op are kept in tables keyed by the op's class, as JAX keys rules by primitive:
+
+* ``INFER[cls](op, descs) -> [TensorDesc, ...]`` -- output shapes/dtypes from input descs.  A shape
+  may be ``None`` (unknown until the kernel runs, e.g. ``CondTake``).  Raises ``ValueError`` or
+  ``TypeError`` naming the op and the offending shapes/dtypes when the inputs are invalid.
+* ``KERNELS[device_kind][cls](op, *arrays) -> tuple of arrays`` -- the computation.
+* ``BACKWARD[cls]`` -- the backward rule (filled by the autodiff issue).
+* ``HOST[cls]`` -- optional host-compute rule for tiny values (defaults to the CPU kernel).
+
+Adding an op is one class plus its rules, in one file of ``mge/_core/ops``.
+"""
+import numpy as np
+
+__all__ = [
+    "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "HOST",
+    "def_infer", "def_kernel", "def_backward", "op_error", "unknown",
+]
+
+INFER = {}
+KERNELS = {"cpu": {}}
+BACKWARD = {}
+HOST = {}
+
+
+class TensorDesc(tuple):
+    """``(shape, dtype)`` of a value; ``shape`` is a tuple of ints or ``None`` when unknown."""
+
+    __slots__ = ()
+
+    def __new__(cls, shape, dtype):
+        return tuple.__new__(cls, (shape, dtype))
+
+    @property
+    def shape(self):
+        return self[0]
+
+    @property
+    def dtype(self):
+        return self[1]
+
+    @property
+    def ndim(self):
+        return None if self[0] is None else len(self[0])
+
+
+unknown = None
+
+
+class OpDef:
+    """Base of every op.  Subclasses set ``_fields`` (parameter names) and ``_defaults``."""
+
+    _fields = ()
+    _defaults = {}
+    # True when the output device is the op's ``device`` parameter (copies, creation ops), not the
+    # device of the first input.
+    sets_device = False
+
+    def __init__(self, *args, **kwargs):
+        fields = self._fields
+        if len(args) > len(fields):
+            raise TypeError(
+                f"{type(self).__name__} takes at most {len(fields)} parameters, got {len(args)}"
+            )
+        values = dict(self._defaults)
+        values.update(zip(fields, args))
+        for k, v in kwargs.items():
+            if k not in fields:
+                raise TypeError(f"{type(self).__name__} got an unexpected parameter {k!r}")
+            values[k] = v
+        missing = [f for f in fields if f not in values]
+        if missing:
+            raise TypeError(f"{type(self).__name__} missing parameter(s): {', '.join(missing)}")
+        key = tuple(_freeze(values[f]) for f in fields)
+        d = self.__dict__  # parameters are plain instance attributes: fast to read in kernels
+        d.update(zip(fields, key))
+        d["_key"] = key
+        d["_hash"] = hash((type(self), key))
+
+    def __setattr__(self, name, value):
+        raise AttributeError(f"{type(self).__name__} is immutable")
+
+    def __eq__(self, other):
+        return type(self) is type(other) and self._key == other._key
+
+    def __ne__(self, other):
+        return not self == other
+
+    def __hash__(self):
+        return self._hash
+
+    def __repr__(self):
+        params = ", ".join(f"{f}={v!r}" for f, v in zip(self._fields, self._key))
+        return f"{type(self).__name__}({params})"
+
+    def __reduce__(self):
+        return (_rebuild_op, (type(self), self._key))
+
+    @property
+    def name(self):
+        """A short readable name (the class name, plus the mode where there is one)."""
+        mode = dict(zip(self._fields, self._key)).get("mode")
+        return f"{type(self).__name__}.{mode}" if mode is not None else type(self).__name__
+
+
+def _rebuild_op(cls, key):
+    return cls(*key)
+
+
+def _freeze(v):
+    # Parameters must be hashable: lists become tuples, numpy scalars Python scalars.
+    if isinstance(v, list):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, tuple):
+        return tuple(_freeze(x) for x in v)
+    if isinstance(v, np.generic):
+        return v.item()
+    if isinstance(v, np.dtype):
+        return v
+    if isinstance(v, slice):
+        return ("slice", v.start, v.stop, v.step)
+    return v
+
+
+def def_infer(cls):
+    """Decorator: register ``fn(op, descs) -> list[TensorDesc]`` as the shape/dtype rule of ``cls``."""
+    def deco(fn):
+        INFER[cls] = fn
+        return fn
+    return deco
+
+
+def def_kernel(cls, device="cpu"):
+    """Decorator: register ``fn(op, *arrays) -> tuple of arrays`` as ``cls``'s kernel on ``device``."""
+    def deco(fn):
+        KERNELS.setdefault(device, {})[cls] = fn
+        return fn
+    return deco
+
+
+def def_backward(cls):
+    """Decorator: register the backward rule of ``cls`` (used by the grad transformation)."""
+    def deco(fn):
+        BACKWARD[cls] = fn
+        return fn
+    return deco
+
+
+def op_error(exc_type, op, message, descs=None):
+    """Build the error an op's rule raises: it names the op, and the input shapes and dtypes."""
+    text = f"{op.name}: {message}"
+    if descs:
+        shapes = ", ".join(str(d[0]) for d in descs)
+        dtypes = ", ".join(str(d[1]) for d in descs)
+        text += f" (input shapes: {shapes}; dtypes: {dtypes})"
+    return exc_type(text)

@@ -1,0 +1,128 @@
+"""The transformation stack: which layers an op walks through, top to bottom.
+
+A transformation sees ``(op, inputs)`` and either handles it or hands it to the layer below by
+calling ``next(op, inputs)`` -- JAX's ``interpret_op``/``prev_interpreter`` in one argument.  The
+stack has MegEngine's segments, top to bottom::
+
+    module_trace  dtype_promote  dim_expansion  grad  scalar  symbol  trace  eval
+
+A segment holds the transformations registered at it (the newest on top); a plugin may also sit
+``before:NAME`` or ``after:NAME`` a segment.  Only active transformations are on the stack, and a
+transformation that declares ``op_types`` is skipped for every other op, so an idle layer costs
+nothing.  The chain of callables for an op class is built once and cached until the stack changes.
+"""
+
+__all__ = ["Transformation", "SEGMENTS", "Stack"]
+
+SEGMENTS = ("module_trace", "dtype_promote", "dim_expansion", "grad", "scalar", "symbol", "trace", "eval")
+
+
+class Transformation:
+    """Base class of a transformation (the plugin contract).
+
+    Attributes a subclass sets:
+
+    * ``name`` -- unique name; a built-in segment's name makes it that segment's transformation.
+    * ``position`` -- ``"before:NAME"`` or ``"after:NAME"`` of a segment (ignored for built-ins).
+    * ``op_types`` -- ``None`` (every op) or a tuple of op classes this layer looks at.
+    * ``on_demand`` -- ``True`` if loading must not put it on the stack (a front-end such as
+      ``GradManager`` registers it while it records).
+
+    ``apply(op, inputs, next)`` returns the outputs (a tuple of tensors); the default hands the op
+    down unchanged.
+    """
+
+    name = None
+    position = None
+    op_types = None
+    on_demand = False
+
+    def apply(self, op, inputs, next):
+        return next(op, inputs)
+
+    def __repr__(self):
+        return f"<{type(self).__name__} {self.name!r}>"
+
+
+def _parse_position(t):
+    if t.name in SEGMENTS:
+        return t.name, "at"
+    pos = t.position
+    if not isinstance(pos, str) or ":" not in pos:
+        raise ValueError(
+            f"transformation {t.name!r}: position must be 'before:NAME' or 'after:NAME' "
+            f"with NAME one of {', '.join(SEGMENTS)}; got {pos!r}"
+        )
+    where, seg = pos.split(":", 1)
+    if where not in ("before", "after") or seg not in SEGMENTS:
+        raise ValueError(
+            f"transformation {t.name!r}: position must be 'before:NAME' or 'after:NAME' "
+            f"with NAME one of {', '.join(SEGMENTS)}; got {pos!r}"
+        )
+    if seg == "eval" and where == "after":
+        raise ValueError(f"transformation {t.name!r}: nothing can sit below eval")
+    return seg, where
+
+
+class Stack:
+    """The active transformations, and the per-op-class chains built from them."""
+
+    def __init__(self, eval_fn, eval_transformation):
+        self._eval = eval_fn
+        self._eval_t = eval_transformation
+        # (segment, where) -> list of transformations, topmost first
+        self._slots = {(s, w): [] for s in SEGMENTS for w in ("before", "at", "after")}
+        self.chains = {}
+        self.version = 0
+
+    def register(self, t, segment=None):
+        """Put ``t`` on the stack: at ``segment`` (topmost there) or where its name/position says."""
+        key = (segment, "at") if segment is not None else _parse_position(t)
+        if key[0] not in SEGMENTS:
+            raise ValueError(f"unknown segment {key[0]!r}; segments are {', '.join(SEGMENTS)}")
+        slot = self._slots[key]
+        if key[1] == "at":
+            slot.insert(0, t)
+        else:
+            slot.append(t)
+            slot.sort(key=lambda x: x.name)
+        self._changed()
+
+    def unregister(self, t):
+        """Take ``t`` off the stack; returns whether it was there."""
+        for slot in self._slots.values():
+            for i, x in enumerate(slot):
+                if x is t:
+                    del slot[i]
+                    self._changed()
+                    return True
+        return False
+
+    def active(self):
+        """Active transformations, top to bottom, ``eval`` last."""
+        out = []
+        for s in SEGMENTS:
+            for w in ("before", "at", "after"):
+                out.extend(self._slots[(s, w)])
+        out.append(self._eval_t)
+        return out
+
+    def _changed(self):
+        self.chains.clear()
+        self.version += 1
+
+    def chain_for(self, cls):
+        """The callable ``(op, inputs) -> outputs`` for ops of class ``cls`` (cached)."""
+        nxt = self._eval
+        for t in reversed(self.active()[:-1]):
+            types = t.op_types
+            if types is None or issubclass(cls, types):
+                nxt = _layer(t.apply, nxt)
+        self.chains[cls] = nxt
+        return nxt
+
+
+def _layer(apply, nxt):
+    def layer(op, inputs):
+        return apply(op, inputs, nxt)
+    return layer

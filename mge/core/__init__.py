@@ -1,0 +1,43 @@
+"""The stable API for plugin authors and runtime users.
+
+A transformation plugin subclasses :class:`Transformation`, gives itself a ``name`` and a
+``position`` (``"before:NAME"`` / ``"after:NAME"`` of a built-in segment) and implements
+``apply(self, op, inputs, next)``; it is registered as an entry point of the group
+``mge.transformations``.  See ``docs/guides/plugins.rst``.
+"""
+from .._core import _accel
+from .._core.channel import get_channel
+from .._core.errors import AsyncError, TraceError, UnusableTensorError
+from .._core.ops.base import OpDef, TensorDesc, def_backward, def_infer, def_kernel
+from .._core.plugins import (
+    disable_transformation, enable_transformation, get_plugin, plugin_errors, plugins,
+    register_transformation, transformations,
+)
+from .._core.transformation import SEGMENTS, Transformation
+from .. import _core
+
+apply = _accel.load("mge._core.dispatch").apply
+
+__all__ = [
+    "Transformation", "apply", "transformations", "disable_transformation",
+    "enable_transformation", "register_transformation", "get_plugin", "plugins", "plugin_errors",
+    "get_option", "set_option", "AsyncError", "TraceError", "UnusableTensorError", "SEGMENTS",
+    "OpDef", "TensorDesc", "def_infer", "def_kernel", "def_backward", "compiled_modules", "ops",
+]
+
+ops = _core.ops
+
+
+def get_option(name):
+    """The value of the channel option ``name`` (see ``mge.config``); ``KeyError`` if unknown."""
+    return get_channel().get_option(name)
+
+
+def set_option(name, value):
+    """Set the channel option ``name``; ``KeyError`` naming the valid options if unknown."""
+    get_channel().set_option(name, value)
+
+
+def compiled_modules():
+    """Which hot modules run compiled and which as pure Python: ``{module: "compiled"|"pure"}``."""
+    return dict(_accel.MODES)

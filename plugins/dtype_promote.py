@@ -1,0 +1,120 @@
+"""dtype_promote: MegEngine's dtype rules for mixed inputs, and AMP autocast.
+
+* Elementwise ops on tensors of different dtypes compute in their common dtype (int32 with float16
+  gives float16, float16 with float32 gives float32).
+* Modes that only make sense on floats (``true_div``, ``exp``, ``sigmoid``...) turn integer inputs
+  into float32: ``int / int`` is float32 in MegEngine.
+* Under ``mge.amp.autocast`` (``mge.amp.enabled``), matrix products and convolutions run in
+  ``amp.low_prec_dtype`` (float16) and ops that need range (normalisation, softmax, reductions)
+  in ``amp.high_prec_dtype``.
+"""
+import numpy as np
+
+from mge._core.ops import Elemwise, TypeCvt
+from mge._core.ops import elemwise as _elemwise
+from mge.core import Transformation
+
+from . import amp_state
+
+_FLOAT_ONLY = _elemwise._FLOAT_ONLY
+_float32 = np.dtype("float32")
+_cvt = {}
+
+
+def _cast(next, x, dtype):
+    op = _cvt.get(dtype)
+    if op is None:
+        op = _cvt[dtype] = TypeCvt(dtype)
+    return next(op, (x,))[0]
+
+
+def common_dtype(dtypes):
+    """The dtype mixed inputs compute in (numpy promotion, without 64-bit widening)."""
+    d = dtypes[0]
+    for x in dtypes[1:]:
+        if x != d:
+            d = np.promote_types(d, x)
+    if d == np.float64 and all(x != np.float64 for x in dtypes):
+        d = _float32  # e.g. int32 with float32 gives float64 in numpy; MegEngine says float32
+    return d
+
+
+def _promote(next, inputs, dtype):
+    return tuple(x if x.dtype == dtype else _cast(next, x, dtype) for x in inputs)
+
+
+def _elemwise_rule(op, inputs, next):
+    d0 = inputs[0]._info.dtype
+    same = True
+    for x in inputs:
+        if x._info.dtype != d0:
+            same = False
+            break
+    if same:
+        if d0.kind != "f" and op.mode in _FLOAT_ONLY:
+            return next(op, _promote(next, inputs, _float32))
+        return next(op, inputs)
+    dtype = common_dtype([x.dtype for x in inputs])
+    if dtype.kind != "f" and op.mode in _FLOAT_ONLY:
+        dtype = _float32
+    return next(op, _promote(next, inputs, dtype))
+
+
+def _all_inputs_to(dtype_of):
+    def rule(op, inputs, next):
+        dtype = dtype_of(inputs)
+        if dtype is None:
+            return next(op, inputs)
+        return next(op, _promote(next, inputs, dtype))
+    return rule
+
+
+def _common(inputs):
+    dtypes = [x.dtype for x in inputs]
+    if all(d == dtypes[0] for d in dtypes):
+        return None
+    return common_dtype(dtypes)
+
+
+def _autocast_low(inputs):
+    # Float inputs of matmul/conv run in low precision under autocast, else in their common dtype.
+    if amp_state.enabled and all(x.dtype.kind == "f" for x in inputs):
+        return amp_state.low_prec_dtype
+    return _common(inputs)
+
+
+def _autocast_high(inputs):
+    if amp_state.enabled and any(x.dtype.kind == "f" for x in inputs):
+        return amp_state.high_prec_dtype
+    return _common(inputs)
+
+
+def _rules():
+    from mge._core import ops
+    rules = {Elemwise: _elemwise_rule}
+    for name in ("MatrixMul", "BatchedMatrixMul", "Convolution", "ConvolutionBackwardData", "Linear"):
+        cls = getattr(ops, name, None)
+        if cls is not None:
+            rules[cls] = _all_inputs_to(_autocast_low)
+    for name in ("BatchNorm", "LayerNorm", "Softmax", "LogSoftmax"):
+        cls = getattr(ops, name, None)
+        if cls is not None:
+            rules[cls] = _all_inputs_to(_autocast_high)
+    for name in ("Concat", "Stack", "Where", "Dot"):
+        cls = getattr(ops, name, None)
+        if cls is not None:
+            rules[cls] = _all_inputs_to(_common)
+    return rules
+
+
+class DTypePromoteTransformation(Transformation):
+    """Brings the inputs of an op to the dtype MegEngine computes it in."""
+
+    name = "dtype_promote"
+
+    def __init__(self):
+        self.rules = _rules()
+        self.op_types = tuple(self.rules)
+
+    def apply(self, op, inputs, next):
+        return self.rules[type(op)](op, inputs, next)

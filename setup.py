@@ -1,0 +1,35 @@
+"""Build: the pure-Python package plus compiled twins of the hot modules.
+
+Each hot module is plain Python written for Cython's pure-Python mode; it is compiled a second time
+under the name ``<module>_c`` so that the installed extension never shadows the ``.py`` and
+``MGE_PUREPYTHON=1`` can pick either (see ``mge/_core/_accel.py``).
+"""
+import os
+
+from setuptools import Extension, find_packages, setup
+
+HOT_MODULES = [
+    "mge/_core/dispatch.py",
+    "mge/_core/channel/handles.py",
+]
+
+
+def extensions():
+    if os.environ.get("MGE_NO_CYTHON"):
+        return []
+    from Cython.Build import cythonize
+
+    exts = [Extension(p[:-3].replace("/", ".") + "_c", [p]) for p in HOT_MODULES]
+    return cythonize(
+        exts,
+        language_level=3,
+        compiler_directives={"binding": True, "embedsignature": True},
+        quiet=True,
+    )
+
+
+setup(
+    packages=find_packages(include=["mge", "mge.*"]) + ["mge_plugins"],
+    package_dir={"mge_plugins": "plugins"},
+    ext_modules=extensions(),
+)

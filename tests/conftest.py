@@ -1,0 +1,17 @@
+"""Shared test setup: deterministic seeds, and which mode (compiled or pure Python) runs."""
+import numpy as np
+import pytest
+
+import mge
+
+
+@pytest.fixture(autouse=True)
+def _seed():
+    np.random.seed(0)
+    mge.random.seed(0) if hasattr(mge.random, "seed") else None
+    yield
+
+
+def pytest_report_header(config):
+    from mge.core import compiled_modules
+    return f"mge modules: {compiled_modules()}"
