@@ -11,6 +11,8 @@ from setuptools import Extension, find_packages, setup
 HOT_MODULES = [
     "mge/_core/dispatch.py",
     "mge/_core/channel/handles.py",
+    "mge/_core/channel/channel.py",
+    "mge/_core/tensor.py",
 ]
 
 

@@ -9,9 +9,9 @@
 __version__ = "0.1.0"
 
 from . import _core  # noqa: F401  (ops and the runtime)
-from ._core import tensor as _tensor_mod
 from ._core.device import get_default_device, set_default_device
 from .tensor import Parameter, Tensor, tensor
+from .tensor import _impl as _tensor_mod
 from . import functional  # noqa: E402
 
 _tensor_mod.F = functional

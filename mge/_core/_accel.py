@@ -25,3 +25,17 @@ def load(name):
                 raise
     MODES[name] = "pure"
     return importlib.import_module(name)
+
+
+def guard(name):
+    """Called at the top of a hot module: refuse to import the pure twin beside a compiled one.
+
+    Two copies of one module would mean two ``Tensor`` classes or two channels; import hot modules
+    through ``load`` (or the public modules that do).
+    """
+    if name.endswith("_c") or MODES.get(name) != "compiled":
+        return
+    raise ImportError(
+        f"{name} is running compiled as {name}_c; import it through mge._core._accel.load "
+        f"(or set MGE_PUREPYTHON=1 to use the pure-Python modules)"
+    )

@@ -7,16 +7,22 @@ resulting handles in new ``Tensor`` objects.
 """
 import numpy as np
 
+from . import _accel
 from .channel import get_channel
 from .device import as_device
 from .dtype import promote_args
 from .transformation import Stack, Transformation
 
+_accel.guard(__name__)
+
 __all__ = ["apply", "stack", "set_tensor_type", "EvalTransformation", "const"]
 
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
-_consts = {}            # (type, value, dtype, device) -> Tensor: Python scalars become cached consts
+_consts = {}
+_NUMBERS = (float, int, bool)
+_float32 = np.dtype("float32")
+_int32 = np.dtype("int32")            # (type, value, dtype, device) -> Tensor: Python scalars become cached consts
 
 
 def set_tensor_type(cls):
@@ -63,8 +69,26 @@ def apply(op, *inputs):
     return chain(op, inputs)
 
 
+def _scalar_dtype(dtype, value):
+    # The dtype a Python number takes next to a tensor of ``dtype`` (numbers are weak).
+    kind = dtype.kind
+    if type(value) is float:
+        return dtype if kind == "f" else _float32
+    if type(value) is int:
+        return _int32 if kind == "b" else dtype
+    return dtype
+
+
 def _convert(inputs):
     cls = _Tensor
+    if len(inputs) == 2:  # the common ``tensor <op> number`` forms
+        a, b = inputs
+        if isinstance(a, cls) and type(b) in _NUMBERS:
+            info = a._info
+            return a, const(b, _scalar_dtype(info.dtype, b), info.device)
+        if isinstance(b, cls) and type(a) in _NUMBERS:
+            info = b._info
+            return const(a, _scalar_dtype(info.dtype, a), info.device), b
     dtypes = []
     others = []
     device = None
@@ -83,13 +107,15 @@ def _convert(inputs):
 
 def const(value, dtype, device):
     """A tensor for a Python number or array argument; numbers are cached, arrays copied."""
-    if isinstance(value, (int, float, bool)):
+    if type(value) in _NUMBERS:
         key = (type(value), value, dtype, device)
         try:
             return _consts[key]
         except KeyError:
             pass
         t = _wrap(_channel.put(np.array(value, dtype=dtype), device))
+        if value == 0 and type(value) is float:
+            return t  # 0.0 and -0.0 are equal keys: do not cache either
         if len(_consts) > 1024:
             _consts.clear()
         _consts[key] = t

@@ -1,5 +1,5 @@
 """Exceptions of the runtime (MegEngine's names)."""
-from .channel.channel import UnusableTensorError
+from .channel import UnusableTensorError
 
 __all__ = ["AsyncError", "TraceError", "UnusableTensorError"]
 

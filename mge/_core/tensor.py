@@ -8,6 +8,7 @@ from .dtype import canonical, host_array
 from .ops.elemwise import Elemwise, TypeCvt
 from .ops.misc import Copy, Detach
 
+_accel.guard(__name__)
 _dispatch = _accel.load("mge._core.dispatch")
 apply = _dispatch.apply
 _channel = get_channel()

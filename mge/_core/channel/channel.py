@@ -11,6 +11,7 @@ from .. import _accel
 from ..ops.base import INFER, KERNELS
 from .options import Options
 
+_accel.guard(__name__)
 TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
 
 __all__ = ["Channel", "get_channel", "UnusableTensorError"]
@@ -49,19 +50,23 @@ class Channel:
     # -- computing --------------------------------------------------------------------------
     def apply_op(self, op, inputs):
         """Run ``op`` on the input infos; returns the output infos."""
-        self._check_open()
+        if self.closed:
+            raise RuntimeError("the channel is closed")
+        descs = []
+        values = []
         for i in inputs:
             if i.error is not None:
                 raise UnusableTensorError("an input tensor is unusable due to previous error")
+            descs.append((i.shape, i.dtype))
+            values.append(i.value)
         cls = type(op)
-        descs = [(i.shape, i.dtype) for i in inputs]
         out_descs = INFER[cls](op, descs)
         device = op.device if op.sets_device or not inputs else inputs[0].device
         try:
             kernel = KERNELS[device.kind][cls]
         except KeyError:
             raise NotImplementedError(f"{op.name} has no kernel for device {device}") from None
-        outs = kernel(op, *[i.value for i in inputs])
+        outs = kernel(op, *values)
         result = []
         for desc, value in zip(out_descs, outs):
             dtype = desc[1]

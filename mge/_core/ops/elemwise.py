@@ -21,6 +21,7 @@ class Elemwise(OpDef):
         if mode not in _CPU:
             raise ValueError(f"Elemwise: unknown mode {mode!r}")
         super().__init__(mode)
+        self.__dict__["fn"] = _CPU[mode]  # the CPU kernel, found once
 
 
 class TypeCvt(OpDef):
@@ -53,6 +54,19 @@ def _erf(x):
     return (s * y).astype(x.dtype, copy=False)
 
 
+def _keep_int(fn):
+    # ceil/floor of integers are the integers themselves (MegEngine keeps the dtype; numpy floats).
+    def f(x):
+        return fn(x) if x.dtype.kind == "f" else x.copy()
+    f.__name__ = fn.__name__
+    return f
+
+
+def _clip(x, lo, hi):
+    # MegEngine's CLIP: x < lo gives lo, else x > hi gives hi (lo wins when lo > hi).
+    return np.where(x < lo, lo, np.where(x > hi, hi, x)).astype(x.dtype, copy=False)
+
+
 def _round(x):
     # MegEngine rounds halves away from zero (C's round), numpy to even.
     if x.dtype.kind != "f":
@@ -83,7 +97,8 @@ _CPU = {
     "atan": np.arctan, "atan2": np.arctan2, "sinh": np.sinh, "cosh": np.cosh, "tanh": np.tanh,
     "asinh": np.arcsinh, "acosh": np.arccosh, "atanh": np.arctanh,
     # rounding
-    "ceil": np.ceil, "floor": np.floor, "round": _round,
+    "ceil": _keep_int(np.ceil), "floor": _keep_int(np.floor), "round": _round,
+    "clip": _clip,
     # activations
     "relu": lambda x: np.maximum(x, 0), "relu6": lambda x: np.clip(x, 0, 6),
     "sigmoid": _sigmoid, "hsigmoid": lambda x: np.clip(x + 3, 0, 6) / 6,
@@ -111,7 +126,7 @@ _BOOL_OK = frozenset(["and", "or", "xor", "not", "eq", "neq", "lt", "leq", "gt",
 _FLOAT_ONLY = frozenset(["exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
                          "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
                          "sigmoid", "hsigmoid", "hswish", "gelu", "silu", "softplus", "logsigmoid",
-                         "erf", "logaddexp", "true_div"])
+                         "erf", "logaddexp", "true_div", "pow"])
 _INT_ONLY = frozenset(["shl", "shr", "bit_and", "bit_or", "bit_xor", "bit_not"])
 
 _dtype_cache = {}
@@ -159,8 +174,17 @@ def _out_dtype(op, descs):
     return out
 
 
+_infer_cache = {}
+
+
 @def_infer(Elemwise)
 def _infer_elemwise(op, descs):
+    # Hot path: one dict lookup for inputs seen before.
+    key = (op.mode, *descs)
+    try:
+        return _infer_cache[key]
+    except KeyError:
+        pass
     n = _ARITY[op.mode]
     if len(descs) != n:
         raise op_error(TypeError, op, f"expects {n} input(s), got {len(descs)}", descs)
@@ -169,12 +193,16 @@ def _infer_elemwise(op, descs):
         if d[0] != shape:
             shape = broadcast_shapes(op, descs)
             break
-    return [TensorDesc(shape, _out_dtype(op, descs))]
+    out = (TensorDesc(shape, _out_dtype(op, descs)),)
+    if len(_infer_cache) > 8192:
+        _infer_cache.clear()
+    _infer_cache[key] = out
+    return out
 
 
 @def_kernel(Elemwise)
 def _cpu_elemwise(op, *arrays):
-    return (_CPU[op.mode](*arrays),)
+    return (op.fn(*arrays),)
 
 
 @def_infer(TypeCvt)

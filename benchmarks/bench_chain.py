@@ -1,0 +1,235 @@
+"""Chains of elementwise ops, timed side by side in one process: mge against numpy.
+
+Three workloads, each ``x = x * a + b`` repeated (two ops per step):
+
+* ``small_tensor`` -- shape ``(4,)`` float32, ``a`` and ``b`` tensors: the per-op overhead of the
+  runtime (dispatch, the transformation stack, the channel), since the arithmetic itself is nothing;
+* ``small_float`` -- the same with ``a`` and ``b`` Python floats (the constant-conversion path);
+* ``large`` -- shape ``(256, 256)`` float32: the overhead should vanish next to the kernels.
+
+numpy runs the same chain as the reference.  Frameworks alternate, one repetition each in turn, so
+that drift of the machine hits them alike; the report gives the median time per op and the median
+of the per-repetition ratios to numpy.  MegEngine and torch are included when they can be imported
+in the running Python; for MegEngine, run this script under MegEngine's interpreter with
+``--fw megengine``.
+
+Output: a readable table, then one JSON line (starting with ``{"bench": "chain"``).
+"""
+import argparse
+import json
+import platform
+import statistics
+import sys
+import time
+
+import numpy as np
+
+OPTIONAL = ("megengine", "torch")
+
+
+# -- frameworks: each is make(shape, a, b, use_floats) -> run(steps) -> seconds ---------------------
+
+def _numpy_setup(shape, a, b, floats):
+    x0 = np.full(shape, 0.5, dtype=np.float32)
+    if floats:
+        a_, b_ = a, b
+    else:
+        a_ = np.full(shape, a, dtype=np.float32)
+        b_ = np.full(shape, b, dtype=np.float32)
+
+    def run(steps):
+        x = x0
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            x = x * a_ + b_
+        t1 = time.perf_counter()
+        return t1 - t0, np.asarray(x)
+    return run
+
+
+def _tensor_setup(module, shape, a, b, floats):
+    """mge and MegEngine share the API: ``module.tensor``; results are read with ``.numpy()``."""
+    x0 = module.tensor(np.full(shape, 0.5, dtype=np.float32))
+    if floats:
+        a_, b_ = a, b
+    else:
+        a_ = module.tensor(np.full(shape, a, dtype=np.float32))
+        b_ = module.tensor(np.full(shape, b, dtype=np.float32))
+
+    def run(steps):
+        x = x0
+        t0 = time.perf_counter()
+        for _ in range(steps):
+            x = x * a_ + b_
+        value = x.numpy()  # waits for the chain: async runtimes are timed to completion
+        t1 = time.perf_counter()
+        return t1 - t0, value
+    return run
+
+
+def _torch_setup(shape, a, b, floats):
+    import torch
+    x0 = torch.full(shape, 0.5, dtype=torch.float32)
+    if floats:
+        a_, b_ = a, b
+    else:
+        a_ = torch.full(shape, a, dtype=torch.float32)
+        b_ = torch.full(shape, b, dtype=torch.float32)
+
+    def run(steps):
+        x = x0
+        t0 = time.perf_counter()
+        with torch.no_grad():
+            for _ in range(steps):
+                x = x * a_ + b_
+        value = x.numpy()
+        t1 = time.perf_counter()
+        return t1 - t0, value
+    return run
+
+
+def load_frameworks(names, async_level):
+    """name -> setup function, for the frameworks in ``names`` that can be imported."""
+    fws = {}
+    for name in names:
+        if name == "numpy":
+            fws[name] = _numpy_setup
+        elif name in ("mge", "megengine"):
+            try:
+                module = __import__(name)
+            except ImportError as e:
+                if name == "mge" or name in _explicit:
+                    raise SystemExit(f"bench_chain: cannot import {name}: {e}")
+                continue
+            if async_level is not None:
+                module.config.async_level = async_level
+            fws[name] = (lambda m: lambda *args: _tensor_setup(m, *args))(module)
+        elif name == "torch":
+            try:
+                import torch  # noqa: F401
+            except ImportError as e:
+                if name in _explicit:
+                    raise SystemExit(f"bench_chain: cannot import torch: {e}")
+                continue
+            fws[name] = _torch_setup
+        else:
+            raise SystemExit(f"bench_chain: unknown framework {name!r} (mge, numpy, megengine, torch)")
+    return fws
+
+
+_explicit = set()
+
+WORKLOADS = {
+    # name: (shape, use Python floats for a and b)
+    "small_tensor": ((4,), False),
+    "small_float": ((4,), True),
+    "large": ((256, 256), False),
+}
+
+
+def bench(fws, workload, steps, reps):
+    shape, floats = WORKLOADS[workload]
+    a, b = 0.5, 0.25
+    runners = {name: setup(shape, a, b, floats) for name, setup in fws.items()}
+    ops = 2 * steps
+    reference = None
+    for name, run in runners.items():  # warm-up, and a check that all compute the same thing
+        _, value = run(min(steps, 50))
+        if reference is None:
+            reference = value
+        elif not np.allclose(value, reference, rtol=1e-5):
+            raise SystemExit(f"bench_chain: {name} computed a different result on {workload}")
+    times = {name: [] for name in runners}
+    for _ in range(reps):
+        for name, run in runners.items():
+            seconds, _ = run(steps)
+            times[name].append(seconds)
+    out = {}
+    for name, ts in times.items():
+        entry = {"us_per_op": statistics.median(ts) / ops * 1e6, "ops": ops, "reps": reps}
+        if "numpy" in times and name != "numpy":
+            entry["ratio_vs_numpy"] = statistics.median(
+                t / n for t, n in zip(ts, times["numpy"]))
+        out[name] = entry
+    return out
+
+
+def mode_of(fws):
+    info = {}
+    if "mge" in fws:
+        import mge
+        import mge.core
+        info["mge_modules"] = mge.core.compiled_modules()
+        info["mge_async_level"] = mge.config.async_level
+    if "megengine" in fws:
+        import megengine
+        info["megengine_version"] = megengine.__version__
+    if "torch" in fws:
+        import torch
+        info["torch_version"] = torch.__version__
+    return info
+
+
+def table(results, fws):
+    names = list(fws)
+    lines = []
+    head = f"{'workload':<14}" + "".join(f"{n + ' us/op':>16}" for n in names)
+    head += "".join(f"{n + '/numpy':>16}" for n in names if n != "numpy")
+    lines.append(head)
+    lines.append("-" * len(head))
+    for workload, res in results.items():
+        row = f"{workload:<14}" + "".join(f"{res[n]['us_per_op']:>16.3f}" for n in names)
+        row += "".join(f"{res[n].get('ratio_vs_numpy', float('nan')):>16.2f}"
+                       for n in names if n != "numpy")
+        lines.append(row)
+    return "\n".join(lines)
+
+
+def main(argv=None):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--fw", default=None,
+                   help="comma-separated frameworks: mge, numpy, megengine, torch (numpy, the "
+                        "reference, is always added); default: mge, numpy and whichever of "
+                        "megengine/torch import")
+    p.add_argument("--reps", type=int, default=7, help="repetitions per framework (default 7)")
+    p.add_argument("--small-ops", type=int, default=20000,
+                   help="ops in each small chain (two per step; default 20000)")
+    p.add_argument("--large-steps", type=int, default=200,
+                   help="steps of the 256x256 chain (two ops each; default 200)")
+    p.add_argument("--async-level", type=int, choices=(0, 1, 2), default=None,
+                   help="set mge.config.async_level (and MegEngine's) before timing")
+    p.add_argument("--workloads", default=",".join(WORKLOADS),
+                   help=f"comma-separated subset of {', '.join(WORKLOADS)}")
+    args = p.parse_args(argv)
+
+    if args.fw:
+        names = [n.strip() for n in args.fw.split(",") if n.strip()]
+        _explicit.update(names)
+    else:
+        names = ["mge"] + list(OPTIONAL)
+    if "numpy" not in names:
+        names.append("numpy")
+    fws = load_frameworks(names, args.async_level)
+
+    results = {}
+    for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
+        if workload not in WORKLOADS:
+            raise SystemExit(f"bench_chain: unknown workload {workload!r}")
+        steps = max(1, args.small_ops // 2) if workload.startswith("small") else args.large_steps
+        results[workload] = bench(fws, workload, steps, args.reps)
+
+    print(table(results, fws))
+    record = {
+        "bench": "chain",
+        "python": platform.python_version(),
+        "numpy": np.__version__,
+        "frameworks": list(fws),
+        **mode_of(fws),
+        "results": results,
+    }
+    print(json.dumps(record, sort_keys=False))
+    return record
+
+
+if __name__ == "__main__":
+    sys.exit(main() and 0)

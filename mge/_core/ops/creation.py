@@ -1,0 +1,107 @@
+"""Creation ops: tensors made from parameters alone (``Fill``, ``Arange``, ``Linspace``, ``Eye``).
+
+They have no tensor inputs, so the output device is the op's ``device`` (``sets_device``).  Values
+are computed in float64 on the host and converted to ``dtype`` once, so ``float32`` results are the
+correctly rounded float64 values.
+"""
+import math
+
+import numpy as np
+
+from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+
+__all__ = ["Fill", "Arange", "Linspace", "Eye"]
+
+
+class Fill(OpDef):
+    """A tensor of ``shape`` filled with ``value``."""
+
+    _fields = ("shape", "value", "dtype", "device")
+    sets_device = True
+
+
+class Arange(OpDef):
+    """``start, start + step, ...`` up to (excluding) ``stop``."""
+
+    _fields = ("start", "stop", "step", "dtype", "device")
+    sets_device = True
+
+
+class Linspace(OpDef):
+    """``num`` evenly spaced values from ``start`` to ``stop`` (both included)."""
+
+    _fields = ("start", "stop", "num", "dtype", "device")
+    sets_device = True
+
+
+class Eye(OpDef):
+    """An ``N x M`` matrix with ones on diagonal ``k``."""
+
+    _fields = ("N", "M", "k", "dtype", "device")
+    _defaults = {"k": 0}
+    sets_device = True
+
+
+def _no_inputs(op, descs):
+    if descs:
+        raise op_error(TypeError, op, f"takes no tensor inputs, got {len(descs)}", descs)
+
+
+@def_infer(Fill)
+def _infer_fill(op, descs):
+    _no_inputs(op, descs)
+    if any(s < 0 for s in op.shape):
+        raise op_error(ValueError, op, f"negative size in shape {op.shape}")
+    return [TensorDesc(op.shape, op.dtype)]
+
+
+@def_kernel(Fill)
+def _cpu_fill(op):
+    return (np.full(op.shape, op.value, dtype=op.dtype),)
+
+
+def arange_length(start, stop, step):
+    """Number of values of ``arange(start, stop, step)`` (MegEngine's ``ceil((stop-start)/step)``)."""
+    return max(0, math.ceil((stop - start) / step))
+
+
+@def_infer(Arange)
+def _infer_arange(op, descs):
+    _no_inputs(op, descs)
+    if op.step == 0:
+        raise op_error(ValueError, op, "step must not be zero")
+    return [TensorDesc((arange_length(op.start, op.stop, op.step),), op.dtype)]
+
+
+@def_kernel(Arange)
+def _cpu_arange(op):
+    n = arange_length(op.start, op.stop, op.step)
+    if all(isinstance(v, int) for v in (op.start, op.step)) and op.dtype.kind in "iu":
+        return ((np.arange(n, dtype=np.int64) * op.step + op.start).astype(op.dtype),)
+    return ((op.start + np.arange(n, dtype=np.float64) * op.step).astype(op.dtype),)
+
+
+@def_infer(Linspace)
+def _infer_linspace(op, descs):
+    _no_inputs(op, descs)
+    if op.num < 0:
+        raise op_error(ValueError, op, f"num must be non-negative, got {op.num}")
+    return [TensorDesc((op.num,), op.dtype)]
+
+
+@def_kernel(Linspace)
+def _cpu_linspace(op):
+    return (np.linspace(op.start, op.stop, op.num, dtype=np.float64).astype(op.dtype),)
+
+
+@def_infer(Eye)
+def _infer_eye(op, descs):
+    _no_inputs(op, descs)
+    if op.N < 0 or op.M < 0:
+        raise op_error(ValueError, op, f"sizes must be non-negative, got N={op.N}, M={op.M}")
+    return [TensorDesc((op.N, op.M), op.dtype)]
+
+
+@def_kernel(Eye)
+def _cpu_eye(op):
+    return (np.eye(op.N, op.M, op.k, dtype=op.dtype),)

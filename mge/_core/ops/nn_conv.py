@@ -1,0 +1,250 @@
+"""Convolutions: ``Convolution``, ``ConvolutionBackwardData`` (transposed conv) and
+``ConvolutionBackwardFilter`` (the weight gradient).
+
+All three work on any number of spatial dims (1-D, 2-D, 3-D): the length of ``stride`` says how
+many.  Layouts are MegEngine's: input ``(N, C, *spatial)``; a dense weight is ``(O, I, *kernel)``,
+a grouped weight ``(G, O/G, I/G, *kernel)``.  ``ConvolutionBackwardData`` takes ``(weight, dy)``
+(MegEngine's order) and gives the input-shaped result; its weight is read as the weight of the
+forward convolution whose input gradient it computes, i.e. ``(I, O, *kernel)`` of the transposed conv.
+
+The kernels are im2col: a strided window view of the padded input (no copy), reshaped into one
+matrix per group and multiplied with BLAS, so nothing loops over output pixels.  The transposed conv
+scatters one strided slice per kernel position (a loop of ``prod(kernel)`` steps).
+"""
+import itertools
+
+import numpy as np
+from numpy.lib.stride_tricks import sliding_window_view
+
+from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+
+__all__ = ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardFilter", "conv_out_size"]
+
+
+class Convolution(OpDef):
+    """Cross-correlation of ``(x, weight)``; tuples ``stride``, ``padding``, ``dilation`` (one entry per
+    spatial dim) and ``groups``."""
+
+    _fields = ("stride", "padding", "dilation", "groups", "compute_mode")
+    _defaults = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1,
+                 "compute_mode": "default"}
+
+
+class ConvolutionBackwardData(OpDef):
+    """Transposed convolution of ``(weight, dy)``: the gradient of ``Convolution`` w.r.t. its input.
+
+    ``output_padding`` adds rows/columns at the end of each spatial dim (it picks the input size
+    when several sizes give the same forward output size)."""
+
+    _fields = ("stride", "padding", "dilation", "groups", "output_padding", "compute_mode")
+    _defaults = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1,
+                 "output_padding": (0, 0), "compute_mode": "default"}
+
+
+class ConvolutionBackwardFilter(OpDef):
+    """The weight gradient of ``Convolution``: inputs ``(x, dy, weight)``; ``weight`` gives the shape."""
+
+    _fields = ("stride", "padding", "dilation", "groups", "compute_mode")
+    _defaults = {"stride": (1, 1), "padding": (0, 0), "dilation": (1, 1), "groups": 1,
+                 "compute_mode": "default"}
+
+
+def conv_out_size(size, k, s, p, d):
+    """Output length of a convolution along one dim (MegEngine: floor)."""
+    return (size + 2 * p - d * (k - 1) - 1) // s + 1
+
+
+# -- shape rules ---------------------------------------------------------------------------------
+
+def _check_params(op, descs):
+    nd = len(op.stride)
+    if not (len(op.padding) == len(op.dilation) == nd):
+        raise op_error(ValueError, op, "stride, padding and dilation must have the same length", descs)
+    if any(s < 1 for s in op.stride) or any(d < 1 for d in op.dilation):
+        raise op_error(ValueError, op, f"stride {op.stride} and dilation {op.dilation} must be >= 1",
+                       descs)
+    if any(p < 0 for p in op.padding):
+        raise op_error(ValueError, op, f"padding {op.padding} must be >= 0", descs)
+    if op.groups < 1:
+        raise op_error(ValueError, op, f"groups must be >= 1, got {op.groups}", descs)
+    return nd
+
+
+def _split_weight(op, descs, wshape, nd):
+    """``(G, A, B, kernel)`` of a dense or grouped weight shape."""
+    g = op.groups
+    if g == 1 and len(wshape) == nd + 2:
+        return 1, wshape[0], wshape[1], tuple(wshape[2:])
+    if len(wshape) == nd + 3 and wshape[0] == g:
+        return g, wshape[1], wshape[2], tuple(wshape[3:])
+    want = f"{nd + 2}-D (O, I, *kernel)" if g == 1 else f"{nd + 3}-D (groups={g}, O/G, I/G, *kernel)"
+    raise op_error(ValueError, op, f"weight must be {want}, got shape {wshape}", descs)
+
+
+def _check_float(op, descs):
+    for d in descs:
+        if d[1].kind != "f":
+            raise op_error(TypeError, op, "inputs must be floating point", descs)
+    if len({d[1] for d in descs}) > 1:
+        raise op_error(TypeError, op, "inputs must have the same dtype", descs)
+
+
+@def_infer(Convolution)
+def _infer_conv(op, descs):
+    if len(descs) != 2:
+        raise op_error(TypeError, op, f"expects 2 inputs (x, weight), got {len(descs)}", descs)
+    nd = _check_params(op, descs)
+    _check_float(op, descs)
+    (xs, dtype), (ws, _) = descs
+    if xs is None or ws is None:
+        return [TensorDesc(None, dtype)]
+    if len(xs) != nd + 2:
+        raise op_error(ValueError, op, f"input must be {nd + 2}-D (N, C, *spatial), got shape {xs}",
+                       descs)
+    g, og, ig, k = _split_weight(op, descs, ws, nd)
+    if ig * g != xs[1]:
+        raise op_error(ValueError, op, f"input has {xs[1]} channels but the weight expects "
+                       f"{ig * g} (groups={g}, {ig} per group)", descs)
+    out = tuple(conv_out_size(xs[2 + i], k[i], op.stride[i], op.padding[i], op.dilation[i])
+                for i in range(nd))
+    if any(o <= 0 for o in out):
+        raise op_error(ValueError, op, f"kernel {k} (dilation {op.dilation}) is larger than the padded "
+                       f"input {xs[2:]} (padding {op.padding})", descs)
+    return [TensorDesc((xs[0], g * og) + out, dtype)]
+
+
+def _deconv_out(op, ishape, k):
+    return tuple((ishape[i] - 1) * op.stride[i] - 2 * op.padding[i] + op.dilation[i] * (k[i] - 1)
+                 + 1 + op.output_padding[i] for i in range(len(k)))
+
+
+@def_infer(ConvolutionBackwardData)
+def _infer_deconv(op, descs):
+    if len(descs) != 2:
+        raise op_error(TypeError, op, f"expects 2 inputs (weight, dy), got {len(descs)}", descs)
+    nd = _check_params(op, descs)
+    if len(op.output_padding) != nd:
+        raise op_error(ValueError, op, "output_padding must have one entry per spatial dim", descs)
+    _check_float(op, descs)
+    (ws, dtype), (ys, _) = descs
+    if ws is None or ys is None:
+        return [TensorDesc(None, dtype)]
+    if len(ys) != nd + 2:
+        raise op_error(ValueError, op, f"input must be {nd + 2}-D (N, C, *spatial), got shape {ys}",
+                       descs)
+    g, a, b, k = _split_weight(op, descs, ws, nd)
+    if a * g != ys[1]:
+        raise op_error(ValueError, op, f"input has {ys[1]} channels but the weight expects "
+                       f"{a * g} (groups={g}, {a} per group)", descs)
+    if any(not 0 <= op.output_padding[i] < max(op.stride[i], op.dilation[i]) for i in range(nd)):
+        raise op_error(ValueError, op, f"output_padding {op.output_padding} must be smaller than "
+                       f"stride {op.stride} or dilation {op.dilation}", descs)
+    out = _deconv_out(op, ys[2:], k)
+    if any(o <= 0 for o in out):
+        raise op_error(ValueError, op, f"output size {out} is not positive", descs)
+    return [TensorDesc((ys[0], g * b) + out, dtype)]
+
+
+@def_infer(ConvolutionBackwardFilter)
+def _infer_conv_filter(op, descs):
+    if len(descs) != 3:
+        raise op_error(TypeError, op, f"expects 3 inputs (x, dy, weight), got {len(descs)}", descs)
+    _check_params(op, descs)
+    return [TensorDesc(descs[2][0], descs[2][1])]
+
+
+# -- kernels -------------------------------------------------------------------------------------
+
+def _compute_dtype(dtype):
+    # numpy has no BLAS for float16: compute in float32 and round once at the end.
+    return np.float32 if dtype == np.float16 else dtype
+
+
+def _im2col(op, x, k, g):
+    """``(G, N*prod(out), prod(k)*C/G)`` patches of the padded input, and the output size.
+
+    The input is moved to channels-last first, so the copy into the patch matrix moves runs of
+    ``C/G`` contiguous values (much faster than NCHW patches, whose runs are kernel-width long).
+    """
+    nd = len(k)
+    n, c = x.shape[:2]
+    xl = np.moveaxis(x, 1, -1)                                     # (N, *sp, C)
+    if any(op.padding):
+        xl = np.pad(xl, ((0, 0),) + tuple((p, p) for p in op.padding) + ((0, 0),))
+    span = tuple(op.dilation[i] * (k[i] - 1) + 1 for i in range(nd))
+    v = sliding_window_view(xl, span, axis=tuple(range(1, 1 + nd)))  # (N, *out', C, *span)
+    v = v[(slice(None),) + tuple(slice(None, None, s) for s in op.stride) + (slice(None),)
+          + tuple(slice(None, None, d) for d in op.dilation)]
+    out = v.shape[1:1 + nd]
+    v = v.reshape((n,) + out + (g, c // g) + tuple(k))             # (N, *out, G, I/G, *k)
+    perm = (1 + nd, 0) + tuple(range(1, 1 + nd)) + tuple(range(3 + nd, 3 + 2 * nd)) + (2 + nd,)
+    cols = v.transpose(perm).reshape(g, n * int(np.prod(out)), -1)  # (G, M, *k * I/G)
+    return cols, out
+
+
+def _weight_groups(op, w, nd):
+    if w.ndim == nd + 2:
+        return w[None]
+    return w
+
+
+@def_kernel(Convolution)
+def _cpu_conv(op, x, w):
+    nd = len(op.stride)
+    dtype = x.dtype
+    ct = _compute_dtype(dtype)
+    w = _weight_groups(op, w, nd).astype(ct, copy=False)
+    g, og, ig = w.shape[:3]
+    k = w.shape[3:]
+    cols, out = _im2col(op, x.astype(ct, copy=False), k, g)
+    wk = np.moveaxis(w, 2, -1).reshape(g, og, -1).transpose(0, 2, 1)  # (G, *k * I/G, O/G)
+    y = np.matmul(cols, wk).reshape((g, x.shape[0]) + out + (og,))
+    y = y.transpose((1, 0, 2 + nd) + tuple(range(2, 2 + nd)))    # (N, G, O/G, *out)
+    y = y.reshape((x.shape[0], g * og) + out)
+    return (np.ascontiguousarray(y, dtype=dtype),)
+
+
+@def_kernel(ConvolutionBackwardData)
+def _cpu_deconv(op, w, dy):
+    nd = len(op.stride)
+    dtype = dy.dtype
+    ct = _compute_dtype(dtype)
+    w = _weight_groups(op, w, nd).astype(ct, copy=False)      # (G, A, B, *k): A = dy ch/G
+    g, a, b = w.shape[:3]
+    k = w.shape[3:]
+    n, ins = dy.shape[0], dy.shape[2:]
+    d = dy.astype(ct, copy=False).reshape((n, g, a, int(np.prod(ins))))
+    # cols[n, g, b*k, pix] = sum_a w[g, a, b*k] * dy[n, g, a, pix]
+    cols = np.matmul(w.reshape(g, a, -1).transpose(0, 2, 1)[None], d)
+    cols = cols.reshape((n, g * b) + tuple(k) + tuple(ins))
+    out = _deconv_out(op, ins, k)
+    full = tuple(max((ins[i] - 1) * op.stride[i] + op.dilation[i] * (k[i] - 1) + 1,
+                     op.padding[i] + out[i]) for i in range(nd))
+    buf = np.zeros((n, g * b) + full, ct)
+    for pos in itertools.product(*(range(kk) for kk in k)):
+        sl = tuple(slice(pos[i] * op.dilation[i],
+                         pos[i] * op.dilation[i] + (ins[i] - 1) * op.stride[i] + 1, op.stride[i])
+                   for i in range(nd))
+        buf[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + pos]
+    crop = tuple(slice(op.padding[i], op.padding[i] + out[i]) for i in range(nd))
+    return (np.ascontiguousarray(buf[(slice(None), slice(None)) + crop], dtype=dtype),)
+
+
+@def_kernel(ConvolutionBackwardFilter)
+def _cpu_conv_filter(op, x, dy, w):
+    nd = len(op.stride)
+    dtype = w.dtype
+    ct = _compute_dtype(dtype)
+    grouped = w.ndim == nd + 3
+    wg = w if grouped else w[None]
+    g, og, ig = wg.shape[:3]
+    k = wg.shape[3:]
+    cols, out = _im2col(op, x.astype(ct, copy=False), k, g)        # (G, M, *k * I/G)
+    n = x.shape[0]
+    d = dy.astype(ct, copy=False).reshape((n, g, og, -1))
+    d = d.transpose(1, 2, 0, 3).reshape(g, og, -1)                 # (G, O/G, M)
+    dw = np.matmul(d, cols).reshape((g, og) + tuple(k) + (ig,))
+    dw = np.moveaxis(dw, -1, 2)
+    if not grouped:
+        dw = dw[0]
+    return (np.ascontiguousarray(dw, dtype=dtype),)
