@@ -14,9 +14,8 @@ from mge._core.ops import Elemwise, TypeCvt
 from mge._core.ops import elemwise as _elemwise
 from mge.core import Transformation
 
-from . import amp_state
-
-_FLOAT_ONLY = _elemwise._FLOAT_ONLY
+# Modes that compute in float even on integer inputs (MegEngine: int ** int is float32 too).
+_FLOAT_ONLY = _elemwise._FLOAT_ONLY | {"pow"}
 _float32 = np.dtype("float32")
 _cvt = {}
 
@@ -29,13 +28,24 @@ def _cast(next, x, dtype):
 
 
 def common_dtype(dtypes):
-    """The dtype mixed inputs compute in (numpy promotion, without 64-bit widening)."""
+    """The dtype mixed inputs compute in (MegEngine's rules).
+
+    Numpy promotion, except: bool mixed with numbers computes in float32; float64 appears only
+    if an input is float64; mixing signed and unsigned integers is an error, as in MegEngine.
+    """
+    kinds = {x.kind for x in dtypes}
+    if "b" in kinds and len(kinds) > 1:
+        dtypes = [_float32 if x.kind == "b" else x for x in dtypes]
+        kinds.discard("b")
+    if kinds == {"i", "u"}:
+        names = " ".join(x.name.capitalize() for x in dtypes)
+        raise TypeError(f"dtype promotion rule between different signedness is undefined: {names}")
     d = dtypes[0]
     for x in dtypes[1:]:
         if x != d:
             d = np.promote_types(d, x)
     if d == np.float64 and all(x != np.float64 for x in dtypes):
-        d = _float32  # e.g. int32 with float32 gives float64 in numpy; MegEngine says float32
+        d = _float32  # e.g. int32 with float16 gives float64 in numpy; MegEngine says float32
     return d
 
 
@@ -76,16 +86,28 @@ def _common(inputs):
     return common_dtype(dtypes)
 
 
+class AmpState:
+    """AMP autocast settings; ``mge.amp`` sets them through the plugin registry."""
+
+    def __init__(self):
+        self.autocast = False  # MegEngine's _set_amp_dtype_autocast: convert inputs under AMP
+        self.low_prec_dtype = np.dtype("float16")
+        self.high_prec_dtype = np.dtype("float32")
+
+
+amp = AmpState()
+
+
 def _autocast_low(inputs):
     # Float inputs of matmul/conv run in low precision under autocast, else in their common dtype.
-    if amp_state.enabled and all(x.dtype.kind == "f" for x in inputs):
-        return amp_state.low_prec_dtype
+    if amp.autocast and all(x.dtype.kind == "f" for x in inputs):
+        return amp.low_prec_dtype
     return _common(inputs)
 
 
 def _autocast_high(inputs):
-    if amp_state.enabled and any(x.dtype.kind == "f" for x in inputs):
-        return amp_state.high_prec_dtype
+    if amp.autocast and any(x.dtype.kind == "f" for x in inputs):
+        return amp.high_prec_dtype
     return _common(inputs)
 
 
@@ -111,6 +133,7 @@ class DTypePromoteTransformation(Transformation):
     """Brings the inputs of an op to the dtype MegEngine computes it in."""
 
     name = "dtype_promote"
+    amp = amp
 
     def __init__(self):
         self.rules = _rules()

@@ -179,6 +179,8 @@ class Tensor:
         mode = _UFUNC_MODES.get(ufunc.__name__)
         if method == "__call__" and mode is not None and not kwargs:
             return apply(_mode(mode), *inputs)[0]
+        if method == "__call__" and ufunc.__name__ == "matmul" and not kwargs:
+            return F.matmul(*inputs)
         args = [np.asarray(x) if isinstance(x, Tensor) else x for x in inputs]
         return getattr(ufunc, method)(*args, **kwargs)
 
@@ -373,7 +375,9 @@ class Tensor:
 
 
 _UFUNC_MODES = {
-    "add": "add", "subtract": "sub", "multiply": "mul", "true_divide": "true_div",
+    "add": "add", "subtract": "sub", "divide": "true_div", "remainder": "mod",
+    "left_shift": "shl", "right_shift": "shr", "bitwise_and": "bit_and", "bitwise_or": "bit_or",
+    "bitwise_xor": "bit_xor", "invert": "bit_not", "multiply": "mul", "true_divide": "true_div",
     "floor_divide": "floor_div", "power": "pow", "maximum": "max", "minimum": "min",
     "negative": "neg", "absolute": "abs", "exp": "exp", "expm1": "expm1", "log": "log",
     "log1p": "log1p", "sqrt": "sqrt", "square": "square", "sin": "sin", "cos": "cos", "tan": "tan",

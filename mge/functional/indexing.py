@@ -56,10 +56,13 @@ def _parse(x, index):
         if t is int:
             items.append(("int", it))
         elif t is slice:
-            items.append(("slice", _bound(it.start, "start"), _bound(it.stop, "stop"),
-                          _bound(it.step, "step")))
-            if it.step is not None and items[-1][3] == 0:
+            a, b, c = it.start, it.stop, it.step
+            if not ((a is None or type(a) is int) and (b is None or type(b) is int)
+                    and (c is None or type(c) is int)):
+                a, b, c = _bound(a, "start"), _bound(b, "stop"), _bound(c, "step")
+            if c == 0:
                 raise ValueError("indexing: slice step cannot be zero")
+            items.append(("slice", a, b, c))
         elif it is None:
             items.append(("new",))
         elif it is Ellipsis:

@@ -1,2 +1,117 @@
-"""placeholder"""
-__all__ = []
+"""Loss functions (``megengine.functional.loss``; also reachable as ``F.nn.<name>``).
+
+Every loss takes ``reduction``: ``"mean"`` (default), ``"sum"`` or ``"none"`` (the per-element or
+per-sample loss).
+"""
+import functools
+
+from .._core.ops import Elemwise, IndexingOneHot, LogSoftmax, Reduce
+from ..core import apply
+
+__all__ = ["l1_loss", "square_loss", "cross_entropy", "binary_cross_entropy", "hinge_loss",
+           "ctc_loss"]
+
+_REDUCTIONS = ("mean", "sum", "none")
+
+
+def _reduced(fn):
+    @functools.wraps(fn)
+    def wrapper(*args, reduction="mean", **kwargs):
+        if reduction not in _REDUCTIONS:
+            raise ValueError(f"{fn.__name__}: {reduction!r} is not a valid value for reduction; "
+                             f"expected one of {_REDUCTIONS}")
+        loss = fn(*args, **kwargs)
+        if reduction == "none":
+            return loss
+        return apply(Reduce(reduction, None, False), loss)[0]
+    return wrapper
+
+
+def _e(mode, *xs):
+    return apply(Elemwise(mode), *xs)[0]
+
+
+@_reduced
+def l1_loss(pred, label, reduction="mean"):
+    """Mean absolute error: ``|pred - label|``, reduced.
+
+    ``l1_loss(pred, label, reduction='mean')``.
+    """
+    return _e("abs", pred - label)
+
+
+@_reduced
+def square_loss(pred, label, reduction="mean"):
+    """Mean squared error: ``(pred - label) ** 2``, reduced.
+
+    ``square_loss(pred, label, reduction='mean')``.
+    """
+    return _e("square", pred - label)
+
+
+@_reduced
+def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reduction="mean"):
+    """Cross entropy of class scores ``pred`` against integer class labels ``label``.
+
+    ``cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reduction='mean')``.
+
+    Args:
+        pred: scores; classes along ``axis``.  Logits when ``with_logits``, else probabilities.
+        label: integer labels, ``pred``'s shape without ``axis``.
+        label_smooth: mixes the one-hot target with the uniform distribution:
+            ``loss = (1 - ls) * nll + ls * mean_over_classes(-log p)``.
+
+    With logits the log-probabilities come from a max-shifted log-softmax, so large logits do not
+    overflow.
+    """
+    if pred.ndim != label.ndim + 1:
+        raise ValueError(f"cross_entropy: label must have one dim less than pred; pred shape "
+                         f"{pred.shape}, label shape {label.shape}")
+    if with_logits:
+        logp = apply(LogSoftmax(int(axis)), pred)[0]
+    else:
+        logp = _e("log", pred)
+    nll = -apply(IndexingOneHot(int(axis), False), logp, label)[0]
+    ls = label_smooth
+    if ls is None or (isinstance(ls, (int, float)) and ls == 0):
+        return nll
+    smooth = -apply(Reduce("mean", int(axis), False), logp)[0]
+    return nll * (1 - ls) + smooth * ls
+
+
+@_reduced
+def binary_cross_entropy(pred, label, with_logits=True, reduction="mean"):
+    """Binary cross entropy, elementwise, reduced.
+
+    ``binary_cross_entropy(pred, label, with_logits=True, reduction='mean')``: with logits it is
+    ``-(label * logsigmoid(pred) + (1 - label) * logsigmoid(-pred))`` (stable for large logits),
+    else ``-(label * log(pred) + (1 - label) * log(1 - pred))``.
+    """
+    if not with_logits:
+        return -(label * _e("log", pred) + (1 - label) * _e("log", 1 - pred))
+    return -(label * _e("logsigmoid", pred) + (1 - label) * _e("logsigmoid", -pred))
+
+
+@_reduced
+def hinge_loss(pred, label, norm="L1", reduction="mean"):
+    """Hinge loss of ``(N, C)`` scores against ``-1/+1`` labels: per sample
+    ``sum_c relu(1 - pred * label)`` (``norm='L1'``) or its square summed (``norm='L2'``).
+
+    ``hinge_loss(pred, label, norm='L1', reduction='mean')``.
+    """
+    n = str(norm).upper()
+    if n not in ("L1", "L2"):
+        raise ValueError(f"hinge_loss: norm must be 'L1' or 'L2', got {norm!r}")
+    loss = _e("relu", 1 - pred * label)
+    if n == "L2":
+        loss = _e("square", loss)
+    return apply(Reduce("sum", 1, False), loss)[0]
+
+
+def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"):
+    """Connectionist temporal classification loss (not implemented in mge).
+
+    ``ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction='mean')`` raises
+    ``NotImplementedError``.
+    """
+    raise NotImplementedError("ctc_loss is not implemented in mge")

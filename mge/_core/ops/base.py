@@ -99,6 +99,12 @@ class OpDef:
     def __reduce__(self):
         return (_rebuild_op, (type(self), self._key))
 
+    def replace(self, **changes):
+        """A copy of this op with some parameters changed."""
+        values = dict(zip(self._fields, self._key))
+        values.update(changes)
+        return type(self)(**values)
+
     @property
     def name(self):
         """A short readable name (the class name, plus the mode where there is one)."""

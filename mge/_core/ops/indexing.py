@@ -138,9 +138,17 @@ def _infer_subtensor(op, descs):
     return [TensorDesc(out, dtype)]
 
 
+_op_index = {}
+
+
 @def_kernel(Subtensor)
 def _cpu_subtensor(op, x):
-    return (x[numpy_index(op.items)],)
+    idx = _op_index.get(op)
+    if idx is None:
+        if len(_op_index) > 4096:
+            _op_index.clear()
+        idx = _op_index[op] = numpy_index(op.items)
+    return (x[idx],)
 
 
 @def_infer(IndexingMultiAxisVec)

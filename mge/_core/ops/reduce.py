@@ -6,7 +6,7 @@ the kernel, so one op instance serves inputs of any rank.  A 0-d input behaves l
 for axis checks (``axis=0`` and ``axis=-1`` are accepted) and reduces to a 0-d result.
 
 Output dtypes follow MegEngine: ``sum``/``prod``/``sum_sqr`` keep the input dtype (small integer
-types wrap around, as in MegEngine) except that bool counts in int32; ``min``/``max`` keep the
+types wrap around, as in MegEngine; float16 accumulates in float32) except that bool counts in int32; ``min``/``max`` keep the
 dtype; ``mean`` gives float32 (float64 for float64 input); indices are int32.
 """
 import numpy as np
@@ -19,6 +19,7 @@ REDUCE_MODES = frozenset(["sum", "prod", "min", "max", "mean", "sum_sqr"])
 _int32 = np.dtype("int32")
 _float32 = np.dtype("float32")
 _float64 = np.dtype("float64")
+_float16 = np.dtype("float16")
 
 
 class Reduce(OpDef):
@@ -179,13 +180,14 @@ def _cpu_reduce(op, x):
     if x.ndim == 0:
         x = x.astype(out_dtype) if mode != "sum_sqr" else (x * x).astype(out_dtype)
         return (np.array(x, dtype=out_dtype),)
+    acc = _float32 if out_dtype == _float16 else out_dtype  # float16 accumulates in float32
     if mode == "sum":
-        r = np.sum(x, axis=axes, keepdims=keepdims, dtype=out_dtype)
+        r = np.sum(x, axis=axes, keepdims=keepdims, dtype=acc)
     elif mode == "sum_sqr":
-        x = x.astype(out_dtype, copy=False)
-        r = np.sum(x * x, axis=axes, keepdims=keepdims, dtype=out_dtype)
+        x = x.astype(acc, copy=False)
+        r = np.sum(x * x, axis=axes, keepdims=keepdims, dtype=acc)
     elif mode == "prod":
-        r = np.prod(x, axis=axes, keepdims=keepdims, dtype=out_dtype)
+        r = np.prod(x, axis=axes, keepdims=keepdims, dtype=acc)
     elif mode == "max":
         r = np.max(x, axis=axes, keepdims=keepdims)
     elif mode == "min":
