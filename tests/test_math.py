@@ -94,6 +94,7 @@ def test_reduction_axes_forms():
     check(F.sum(t(x), axis=(2, 0), keepdims=True), x.sum(axis=(0, 2), keepdims=True), "float32")
     check(F.min(t(x), axis=-1, keepdims=True), x.min(axis=-1, keepdims=True), "float32")
     check(F.max(t(x), axis=np.int64(1)), x.max(axis=1), "float32")
+    check(F.prod(t(x), axis=np.array([0, 1])), x.prod(axis=(0, 1)), "float32", rtol=1e-4)
     check(F.sum(t(x), axis=None, keepdims=True), x.sum(keepdims=True), "float32")
 
 

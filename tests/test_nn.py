@@ -331,5 +331,13 @@ def test_pixel_shuffle_and_not_implemented():
     np.testing.assert_array_equal(y.numpy(), ref)
     with pytest.raises(NotImplementedError, match="deformable_conv2d"):
         F.deformable_conv2d(None, None, None, None)
-    with pytest.raises(NotImplementedError, match="local_response_norm"):
-        F.local_response_norm(T(x))
+
+
+def test_local_response_norm():
+    x = np.random.default_rng(11).standard_normal((2, 6, 2, 3)).astype("float32")
+    y = F.local_response_norm(T(x), 3, 2.0, 0.1, 0.75)
+    x2 = np.pad(x.astype(np.float64) ** 2, ((0, 0), (1, 1), (0, 0), (0, 0)))
+    s = x2[:, 0:6] + x2[:, 1:7] + x2[:, 2:8]
+    np.testing.assert_allclose(y.numpy(), x / (2 + 0.1 * s) ** 0.75, rtol=1e-5, atol=1e-6)
+    with pytest.raises(ValueError, match="local_response_norm: kernel_size must be a positive odd"):
+        F.local_response_norm(T(x), 4)

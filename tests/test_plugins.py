@@ -177,3 +177,30 @@ def test_broken_plugin_is_reported_and_others_work(tmp_path):
     assert "plugin 'broken'" in r.stderr and "no such thing" in r.stderr
     assert out["value"] == [6.0, 8.0]
     assert out["names"] == ["dtype_promote", "dim_expansion", "scalar", "eval"]
+
+
+class CastWatcher(Transformation):
+    name = "test_cast_watcher"
+    position = "before:eval"
+
+    def __init__(self):
+        from mge.core import ops
+        self.op_types = (ops.TypeCvt,)
+        self.casts = 0
+
+    def apply(self, op, inputs, next):
+        self.casts += 1
+        return next(op, inputs)
+
+
+def test_ops_emitted_by_a_layer_walk_the_layers_of_their_own_class():
+    # dtype_promote turns `int + float` into a cast plus an add; the cast must reach the
+    # TypeCvt-only watcher below it, and the Elemwise must not.
+    w = CastWatcher()
+    core.register_transformation(w)
+    try:
+        y = mge.tensor([1, 2]) + mge.tensor([0.5, 0.5])
+        assert w.casts == 1
+        assert y.tolist() == [1.5, 2.5]
+    finally:
+        core.disable_transformation(w.name)

@@ -335,3 +335,18 @@ def test_copy():
 def test_complex_not_supported():
     with pytest.raises(NotImplementedError, match="complex"):
         F.tensor.real(mge.tensor(1.0))
+
+
+@settings(max_examples=25, deadline=None)
+@given(st.lists(st.integers(0, 4), min_size=0, max_size=4), st.sampled_from(DTYPES), st.data())
+def test_transpose_reshape_broadcast_random(shape, dtype, data):
+    a = arr(shape, dtype)
+    x = mge.tensor(a)
+    perm = data.draw(st.permutations(range(len(shape))))
+    check(F.transpose(x, tuple(perm)), a.transpose(perm))
+    check(F.reshape(x, (-1,)) if a.size else F.reshape(x, (0,)), a.reshape(-1))
+    lead = tuple(data.draw(st.lists(st.integers(0, 3), max_size=2)))
+    target = lead + tuple(data.draw(st.sampled_from([s, 1 if s == 1 else s])) for s in shape)
+    check(F.broadcast_to(x, target), np.broadcast_to(a, target))
+    check(F.expand_dims(x, 0), a[None])
+    check(F.squeeze(F.expand_dims(x, -1), -1), a)

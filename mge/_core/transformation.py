@@ -73,6 +73,7 @@ class Stack:
         # (segment, where) -> list of transformations, topmost first
         self._slots = {(s, w): [] for s in SEGMENTS for w in ("before", "at", "after")}
         self.chains = {}
+        self._nexts = None
         self.version = 0
 
     def register(self, t, segment=None):
@@ -108,18 +109,58 @@ class Stack:
         return out
 
     def _changed(self):
-        self.chains.clear()
+        self.chains.clear()  # the dict object is shared with dispatch.apply: clear, never replace
+        self._nexts = None
         self.version += 1
 
     def chain_for(self, cls):
         """The callable ``(op, inputs) -> outputs`` for ops of class ``cls`` (cached)."""
-        nxt = self._eval
-        for t in reversed(self.active()[:-1]):
-            types = t.op_types
+        if self._nexts is None:
+            self._build()
+        f = self._nexts[0].resolve(cls)
+        self.chains[cls] = f
+        return f
+
+    def _build(self):
+        layers = self.active()[:-1]
+        nexts = [None] * (len(layers) + 1)
+        for k in range(len(layers), -1, -1):
+            nexts[k] = _Next(layers, k, nexts, self._eval)
+        self._nexts = nexts
+
+
+class _Next:
+    """``next`` for the layers from ``k`` down: finds, per op class, the first layer that takes it.
+
+    A layer may hand down a different op than it received (a cast, a reshape); the op walks the
+    remaining layers by its own class, so it meets exactly the layers that look at that class.
+    """
+
+    __slots__ = ("layers", "k", "nexts", "eval", "cache")
+
+    def __init__(self, layers, k, nexts, eval_fn):
+        self.layers = layers
+        self.k = k
+        self.nexts = nexts
+        self.eval = eval_fn
+        self.cache = {}
+
+    def resolve(self, cls):
+        f = self.eval
+        for j in range(self.k, len(self.layers)):
+            types = self.layers[j].op_types
             if types is None or issubclass(cls, types):
-                nxt = _layer(t.apply, nxt)
-        self.chains[cls] = nxt
-        return nxt
+                f = _layer(self.layers[j].apply, self.nexts[j + 1])
+                break
+        self.cache[cls] = f
+        return f
+
+    def __call__(self, op, inputs):
+        try:
+            f = self.cache[type(op)]
+        except KeyError:
+            f = self.resolve(type(op))
+        return f(op, inputs)
 
 
 def _layer(apply, nxt):

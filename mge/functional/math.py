@@ -33,7 +33,9 @@ def _cached(cls, *args):
 
 
 def _axis_key(axis):
-    # Lists are not hashable; the op freezes them to tuples anyway.
+    # Lists and arrays are not hashable; the op freezes them to tuples anyway.
+    if isinstance(axis, np.ndarray):
+        axis = axis.tolist()
     return tuple(axis) if isinstance(axis, list) else axis
 
 

@@ -389,12 +389,23 @@ def instance_norm(inp, affine, weight=None, bias=None, eps=1e-5):
 
 
 def local_response_norm(inp, kernel_size=5, k=2.0, alpha=1e-4, beta=0.75):
-    """Local response normalisation across channels (not implemented in mge).
+    """Local response normalisation across channels.
 
-    ``local_response_norm(inp, kernel_size=5, k=2.0, alpha=0.0001, beta=0.75)`` raises
-    ``NotImplementedError``.
+    ``local_response_norm(inp, kernel_size=5, k=2.0, alpha=0.0001, beta=0.75)``:
+    ``y = x / (k + alpha * s) ** beta`` where ``s`` sums ``x**2`` over the ``kernel_size`` (odd)
+    channels centred on each channel (as MegEngine's LRN).
     """
-    raise NotImplementedError("local_response_norm is not implemented in mge")
+    n = int(kernel_size)
+    if n < 1 or n % 2 == 0:
+        raise ValueError(f"local_response_norm: kernel_size must be a positive odd int, got "
+                         f"{kernel_size}")
+    shape = tuple(inp.shape)
+    if len(shape) < 2:
+        raise ValueError(f"local_response_norm: input must be (N, C, ...), got {shape}")
+    sq = _reshape(inp * inp, (shape[0], 1, shape[1], -1))
+    s = apply(Pooling("average", (n, 1), (1, 1), (n // 2, 0)), sq)[0] * n
+    s = _reshape(s, shape)
+    return inp / (s * alpha + k) ** beta
 
 
 # -- softmax family ------------------------------------------------------------------------------

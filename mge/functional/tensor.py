@@ -499,14 +499,24 @@ def scatter(inp, axis, index, source):
 
 # -- complex numbers (not supported) ----------------------------------------------------------------
 def _no_complex(name):
-    def fn(*args, **kwargs):
-        raise NotImplementedError(f"{name}: mge has no complex dtypes")
-    fn.__name__ = name
-    fn.__doc__ = f"Not supported: mge has no complex dtypes (MegEngine's ``{name}``)."
-    return fn
+    raise NotImplementedError(f"{name}: mge has no complex dtypes")
 
 
-complex = _no_complex("complex")
-real = _no_complex("real")
-imag = _no_complex("imag")
-polar = _no_complex("polar")
+def complex(real, imag):
+    """Not supported: mge has no complex dtypes.  Signature: ``complex(real, imag)``."""
+    _no_complex("complex")
+
+
+def real(complex):
+    """Not supported: mge has no complex dtypes.  Signature: ``real(complex)``."""
+    _no_complex("real")
+
+
+def imag(complex):
+    """Not supported: mge has no complex dtypes.  Signature: ``imag(complex)``."""
+    _no_complex("imag")
+
+
+def polar(abs, angle):
+    """Not supported: mge has no complex dtypes.  Signature: ``polar(abs, angle)``."""
+    _no_complex("polar")

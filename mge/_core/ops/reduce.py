@@ -84,6 +84,8 @@ class CumSum(OpDef):
 def _check_axis_arg(name, axis):
     if axis is None:
         return None
+    if isinstance(axis, np.ndarray):
+        axis = axis.tolist()
     if isinstance(axis, (list, tuple)):
         if not all(isinstance(a, (int, np.integer)) and not isinstance(a, bool) for a in axis):
             raise TypeError(f"{name}: axis must be an int, a sequence of ints or None, got {axis!r}")
