@@ -1,49 +1,31 @@
-"""dim_expansion: run 4-D kernels on inputs of lower rank, as MegEngine's dim-expansion layer does.
+"""dim_expansion: run batched (NCHW) kernels on unbatched ``(C, H, W)`` inputs.
 
-* ``BatchNorm`` on ``(N, C)`` or ``(N, C, L)`` input runs as ``(N, C, 1, 1)`` / ``(N, C, L, 1)``;
-* ``Convolution`` and ``Pooling`` on an unbatched ``(C, H, W)`` input run with a batch of one.
-
-The outputs get the caller's rank back.  Kernels therefore only handle NCHW.
+``Convolution`` (2-D) and ``Pooling`` get a batch of one added before the kernel and removed from
+the outputs, so ``F.conv2d``/``F.max_pool2d``/``F.avg_pool2d`` accept a single image.  MegEngine
+1.13 rejects such inputs (its dim-expansion layer covers only BatchNorm, whose mge kernel handles
+any rank itself); this extension is listed in ``docs/differences.rst``.  Kernels therefore only see
+batched inputs.
 """
 from mge.core import Transformation, ops
 
 
-def _batch_norm(op, inputs, next):
-    x = inputs[0]
-    nd = x.ndim
-    if nd >= 4:
-        return next(op, inputs)
-    if nd < 2:
-        raise ValueError(f"{op.name}: expects an input of at least 2 dims (N, C, ...), got shape {x.shape}")
-    axes = (2, 3) if nd == 2 else (3,)
-    x4 = next(ops.AddAxis(axes), (x,))[0]
-    outs = next(op, (x4,) + tuple(inputs[1:]))
-    shape4 = x4.shape
-    return tuple(next(ops.RemoveAxis(axes), (y,))[0] if y.shape == shape4 else y for y in outs)
-
-
 def _unbatched(op, inputs, next):
     x = inputs[0]
-    if x.ndim != 3:
+    spatial = len(op.stride)  # one entry per spatial dim, for both ops
+    if x.ndim != spatial + 1:
         return next(op, inputs)
-    x4 = next(ops.AddAxis((0,)), (x,))[0]
-    outs = next(op, (x4,) + tuple(inputs[1:]))
-    return tuple(next(ops.RemoveAxis((0,)), (y,))[0] if y.ndim == 4 else y for y in outs)
+    xb = next(ops.AddAxis((0,)), (x,))[0]
+    outs = next(op, (xb,) + tuple(inputs[1:]))
+    return tuple(next(ops.RemoveAxis((0,)), (y,))[0] for y in outs)
 
 
 class DimExpansionTransformation(Transformation):
-    """Expands low-rank inputs of ``BatchNorm``, ``Convolution`` and ``Pooling`` to 4-D."""
+    """Adds a batch axis to unbatched inputs of ``Convolution`` and ``Pooling``."""
 
     name = "dim_expansion"
 
     def __init__(self):
-        self.rules = {}
-        for cls_name, rule in (("BatchNorm", _batch_norm), ("Convolution", _unbatched),
-                               ("Pooling", _unbatched)):
-            cls = getattr(ops, cls_name, None)
-            if cls is not None:
-                self.rules[cls] = rule
-        self.op_types = tuple(self.rules)
+        self.op_types = tuple(getattr(ops, n) for n in ("Convolution", "Pooling") if hasattr(ops, n))
 
     def apply(self, op, inputs, next):
-        return self.rules[type(op)](op, inputs, next)
+        return _unbatched(op, inputs, next)

@@ -122,11 +122,22 @@ def _rules():
         cls = getattr(ops, name, None)
         if cls is not None:
             rules[cls] = _all_inputs_to(_autocast_high)
-    for name in ("Concat", "Stack", "Where", "Dot"):
+    for name in ("Concat", "Stack", "Dot"):
         cls = getattr(ops, name, None)
         if cls is not None:
             rules[cls] = _all_inputs_to(_common)
+    if hasattr(ops, "Where"):
+        rules[ops.Where] = _where_rule
     return rules
+
+
+def _where_rule(op, inputs, next):
+    # The mask stays bool; the two branches meet in their common dtype.
+    mask, x, y = inputs
+    if x.dtype == y.dtype:
+        return next(op, inputs)
+    dtype = common_dtype([x.dtype, y.dtype])
+    return next(op, (mask,) + _promote(next, (x, y), dtype))
 
 
 class DTypePromoteTransformation(Transformation):

@@ -288,3 +288,26 @@ def test_conv_speed_is_reasonable():
     y = F.conv2d(x, w, padding=1).numpy()
     assert y.shape == (64, 64, 28, 28)
     assert time.perf_counter() - t < 5.0
+
+
+def test_empty_batch():
+    x = mge.tensor(np.zeros((0, 2, 4, 4), "float32"))
+    assert F.conv2d(x, mge.tensor(np.ones((3, 2, 3, 3), "float32"))).shape == (0, 3, 2, 2)
+    assert F.conv_transpose2d(x, mge.tensor(np.ones((2, 3, 3, 3), "float32"))).shape == (0, 3, 6, 6)
+    assert F.max_pool2d(x, 2).shape == (0, 2, 2, 2)
+    assert F.avg_pool2d(x, 2, padding=1).shape == (0, 2, 3, 3)
+    k = KERNELS["cpu"][ConvolutionBackwardFilter]
+    dw = k(ConvolutionBackwardFilter((1, 1), (0, 0), (1, 1), 1), np.zeros((0, 2, 4, 4)),
+           np.zeros((0, 3, 2, 2)), np.ones((3, 2, 3, 3)))[0]
+    np.testing.assert_array_equal(dw, np.zeros((3, 2, 3, 3)))
+
+
+def test_unbatched_input_runs_with_a_batch_of_one():
+    rng = np.random.default_rng(9)
+    x = _rand(rng, (3, 5, 5))
+    w = _rand(rng, (2, 3, 3, 3))
+    y = F.conv2d(mge.tensor(x), mge.tensor(w))
+    np.testing.assert_allclose(y.numpy(), ref_conv(x[None], w, (1, 1), (0, 0), (1, 1), 1)[0],
+                               rtol=1e-5, atol=1e-4)
+    np.testing.assert_allclose(F.max_pool2d(mge.tensor(x), 2).numpy(),
+                               ref_pool(x[None], (2, 2), (2, 2), (0, 0), "max")[0])

@@ -37,7 +37,8 @@ BASIC = [
     0, -1, 3, (1, 2), (1, 2, 3), (-1, -2, -3), slice(None), slice(1, 3), slice(None, None, 2),
     slice(None, None, -1), slice(3, 0, -2), slice(-2, None), slice(5, 10), slice(3, 1),
     (slice(None), 0), (Ellipsis, 1), (0, Ellipsis), (None,), (None, 1, None),
-    (slice(None), None, slice(1, 4)), (Ellipsis, None), (), Ellipsis, (1, Ellipsis, slice(None, None, -2)),
+    (slice(None), None, slice(1, 4)), (Ellipsis, None), (), Ellipsis,
+    (1, Ellipsis, slice(None, None, -2)),
     (slice(-100, 100),), (np.int64(2), np.int32(-1)),
 ]
 
@@ -113,8 +114,9 @@ ADVANCED = [
 
 @pytest.mark.parametrize("index", ADVANCED, ids=[repr(i) for i in ADVANCED])
 def test_advanced_getitem(index):
-    check(mge.tensor(A)[index], A[tuple(np.asarray(i) if isinstance(i, list) else i
-                                        for i in (index if isinstance(index, tuple) else (index,)))])
+    parts = index if isinstance(index, tuple) else (index,)
+    ref = A[tuple(np.asarray(i) if isinstance(i, list) else i for i in parts)]
+    check(mge.tensor(A)[index], ref)
 
 
 def test_index_tensors():
@@ -167,7 +169,7 @@ def test_random_slices(data):
     check(x, b)
 
 
-# -- setitem ----------------------------------------------------------------------------------------
+# -- setitem --------------------------------------------------------------------------------------
 SET_CASES = [
     (0, 1.5),
     ((slice(None), 1), np.arange(6, dtype=np.float32)),          # broadcast over the first axis
@@ -237,3 +239,8 @@ def test_setitem_errors():
     with pytest.raises(IndexError, match="SetSubtensor.*out of bounds"):
         x[9] = 1.0
     check(x, A)  # failed assignments leave the tensor unchanged
+
+
+def test_range_and_nested_list_index():
+    check(mge.tensor(A)[range(1, 3)], A[np.arange(1, 3)])
+    check(mge.tensor(A)[[[0, 1], [3, 3]]], A[np.array([[0, 1], [3, 3]])])

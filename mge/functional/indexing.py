@@ -81,7 +81,7 @@ def _parse(x, index):
                             "axis or a bool array as a mask")
         elif isinstance(it, np.integer):
             items.append(("int", int(it)))
-        elif isinstance(it, (list, tuple, np.ndarray)):
+        elif isinstance(it, (list, tuple, range, np.ndarray)):
             parts = _host_array(it, x.device)
             items.extend([("arr",)] * len(parts))
             arrays.extend(parts)
@@ -99,6 +99,8 @@ def getitem(x, index):
     if type(index) is int:
         op = _int_ops.get(index)
         if op is None:
+            if len(_int_ops) > 4096:
+                _int_ops.clear()
             op = _int_ops[index] = Subtensor((("int", index),))
         return apply(op, x)[0]
     items, arrays = _parse(x, index)

@@ -27,7 +27,7 @@ _bool = np.dtype("bool")
 _float32 = np.dtype("float32")
 
 
-# -- argument helpers -------------------------------------------------------------------------------
+# -- argument helpers -----------------------------------------------------------------------------
 def _int(v, fname, what):
     if type(v) is int:
         return v
@@ -78,7 +78,7 @@ def _number(v, fname, what="value"):
     return v
 
 
-# -- creation ---------------------------------------------------------------------------------------
+# -- creation -------------------------------------------------------------------------------------
 def full(shape, value, *, dtype=None, device=None):
     """A tensor of ``shape`` filled with ``value``.
 
@@ -235,7 +235,7 @@ def copy(inp, device=None):
     return apply(Copy(inp.device if device is None else as_device(device)), inp)[0]
 
 
-# -- shape ------------------------------------------------------------------------------------------
+# -- shape ----------------------------------------------------------------------------------------
 def reshape(inp, target_shape):
     """The same data in a new shape; one entry of ``target_shape`` may be -1.
 
@@ -329,7 +329,7 @@ def squeeze(inp, axis=None):
     return apply(RemoveAxis(axes), inp)[0]
 
 
-# -- joining and splitting --------------------------------------------------------------------------
+# -- joining and splitting ------------------------------------------------------------------------
 def _inputs(inps, device, fname):
     if isinstance(inps, Tensor) or not hasattr(inps, "__iter__"):
         raise TypeError(f"{fname}: inps must be a sequence of tensors, got {type(inps).__name__}")
@@ -394,7 +394,7 @@ def split(inp, nsplits_or_sections, axis=0):
     return list(apply(Split(axis, sizes), inp))
 
 
-# -- repetition -------------------------------------------------------------------------------------
+# -- repetition -----------------------------------------------------------------------------------
 def tile(inp, reps):
     """Repeat the whole tensor ``reps`` times along each axis (``numpy.tile``).
 
@@ -439,7 +439,7 @@ def roll(inp, shift, axis=None):
     return apply(Roll(shifts, axes), inp)[0]
 
 
-# -- selection --------------------------------------------------------------------------------------
+# -- selection ------------------------------------------------------------------------------------
 def where(mask, x, y):
     """``x`` where ``mask`` is true, else ``y`` (broadcast together).
 
@@ -497,7 +497,7 @@ def scatter(inp, axis, index, source):
     return apply(Scatter(_int(axis, "scatter", "axis")), inp, _index(index, "scatter"), source)[0]
 
 
-# -- complex numbers (not supported) ----------------------------------------------------------------
+# -- complex numbers (not supported) --------------------------------------------------------------
 def _no_complex(name):
     raise NotImplementedError(f"{name}: mge has no complex dtypes")
 

@@ -61,7 +61,7 @@ def _cpu_fill(op):
 
 
 def arange_length(start, stop, step):
-    """Number of values of ``arange(start, stop, step)`` (MegEngine's ``ceil((stop-start)/step)``)."""
+    """Length of ``arange(start, stop, step)``: MegEngine's ``ceil((stop - start) / step)``."""
     return max(0, math.ceil((stop - start) / step))
 
 

@@ -178,7 +178,7 @@ def _im2col(op, x, k, g):
     out = v.shape[1:1 + nd]
     v = v.reshape((n,) + out + (g, c // g) + tuple(k))             # (N, *out, G, I/G, *k)
     perm = (1 + nd, 0) + tuple(range(1, 1 + nd)) + tuple(range(3 + nd, 3 + 2 * nd)) + (2 + nd,)
-    cols = v.transpose(perm).reshape(g, n * int(np.prod(out)), -1)  # (G, M, *k * I/G)
+    cols = v.transpose(perm).reshape(g, n * int(np.prod(out)), int(np.prod(k)) * (c // g))
     return cols, out
 
 
@@ -241,8 +241,9 @@ def _cpu_conv_filter(op, x, dy, w):
     k = wg.shape[3:]
     cols, out = _im2col(op, x.astype(ct, copy=False), k, g)        # (G, M, *k * I/G)
     n = x.shape[0]
-    d = dy.astype(ct, copy=False).reshape((n, g, og, -1))
-    d = d.transpose(1, 2, 0, 3).reshape(g, og, -1)                 # (G, O/G, M)
+    m = int(np.prod(out))
+    d = dy.astype(ct, copy=False).reshape((n, g, og, m))
+    d = d.transpose(1, 2, 0, 3).reshape(g, og, n * m)              # (G, O/G, M)
     dw = np.matmul(d, cols).reshape((g, og) + tuple(k) + (ig,))
     dw = np.moveaxis(dw, -1, 2)
     if not grouped:

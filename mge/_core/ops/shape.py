@@ -123,7 +123,7 @@ class Gather(OpDef):
 
 
 class Scatter(OpDef):
-    """``(inp, index, source) -> copy of inp`` with ``source`` written at ``index`` along ``axis``."""
+    """``(inp, index, source) ->`` a copy of ``inp`` with ``source`` written at ``index``."""
 
     _fields = ("axis",)
 
@@ -192,7 +192,7 @@ def _cpu_broadcast(op, x):
     return (np.broadcast_to(x, op.shape),)
 
 
-# -- axes -------------------------------------------------------------------------------------------
+# -- axes -----------------------------------------------------------------------------------------
 @def_infer(Dimshuffle)
 def _infer_dimshuffle(op, descs):
     _nargs(op, descs, 1)
@@ -256,7 +256,7 @@ def _cpu_removeaxis(op, x):
     return (np.squeeze(x, op.axis),)
 
 
-# -- joining and splitting --------------------------------------------------------------------------
+# -- joining and splitting ------------------------------------------------------------------------
 @def_infer(Concat)
 def _infer_concat(op, descs):
     if not descs:
@@ -327,7 +327,7 @@ def _cpu_split(op, x):
     return tuple(np.split(x, points, axis=op.axis))
 
 
-# -- repetition -------------------------------------------------------------------------------------
+# -- repetition -----------------------------------------------------------------------------------
 @def_infer(Tile)
 def _infer_tile(op, descs):
     _nargs(op, descs, 1)
@@ -384,7 +384,7 @@ def _cpu_roll(op, x):
     return (np.roll(x, op.shift, axis=op.axis),)
 
 
-# -- selection --------------------------------------------------------------------------------------
+# -- selection ------------------------------------------------------------------------------------
 def _bcast(op, shapes, descs):
     if any(s is None for s in shapes):
         return None
