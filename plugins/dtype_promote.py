@@ -106,9 +106,11 @@ def _autocast_low(inputs):
 
 
 def _autocast_high(inputs):
+    # Outside autocast these ops keep their inputs: the kernels take parameters (running stats,
+    # weights) of another float dtype than the data and answer in the data's dtype.
     if amp.autocast and any(x.dtype.kind == "f" for x in inputs):
         return amp.high_prec_dtype
-    return _common(inputs)
+    return None
 
 
 def _rules():

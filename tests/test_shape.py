@@ -225,13 +225,7 @@ def test_roll():
 
 
 # -- where / cond_take ----------------------------------------------------------------------------
-_MASK_PROMOTED = pytest.mark.xfail(
-    strict=False, reason="plugins/dtype_promote.py promotes Where's bool mask with x and y, "
-    "so int/float16 results come out float32")
-
-
-@pytest.mark.parametrize("dtype", ["float32", pytest.param("int32", marks=_MASK_PROMOTED), "bool",
-                                   pytest.param("float16", marks=_MASK_PROMOTED)])
+@pytest.mark.parametrize("dtype", ["float32", "int32", "bool", "float16"])
 def test_where_dtypes(dtype):
     m = arr((3, 4), "float32", 3) > 0
     a, b = arr((3, 4), dtype, 1), arr((3, 4), dtype, 2)
