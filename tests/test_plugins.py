@@ -204,3 +204,14 @@ def test_ops_emitted_by_a_layer_walk_the_layers_of_their_own_class():
         assert y.tolist() == [1.5, 2.5]
     finally:
         core.disable_transformation(w.name)
+
+
+def test_op_equality_distinguishes_parameter_types():
+    from mge.core import OpDef, ops
+
+    class Scale(OpDef):
+        _fields = ("factor",)
+
+    assert Scale(1) != Scale(1.0) and Scale(1) != Scale(True) and Scale(2) == Scale(2)
+    assert ops.Reduce("sum", (1, 2)) == ops.Reduce("sum", [1, 2])
+    assert ops.Elemwise("add") == ops.Elemwise("ADD") and hash(ops.Elemwise("add")) == hash(ops.Elemwise("add"))

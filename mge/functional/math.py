@@ -23,7 +23,7 @@ _ops = {}
 
 
 def _cached(cls, *args):
-    key = (cls, args)
+    key = (cls, args, tuple(map(type, args)))  # 1 == 1.0 == True: the types keep them apart
     op = _ops.get(key)
     if op is None:
         if len(_ops) > 4096:

@@ -78,13 +78,16 @@ class OpDef:
         d = self.__dict__  # parameters are plain instance attributes: fast to read in kernels
         d.update(zip(fields, key))
         d["_key"] = key
+        # Equal ops must be interchangeable, so 1, 1.0 and True are different parameters here.
+        d["_types"] = _types(key)
         d["_hash"] = hash((type(self), key))
 
     def __setattr__(self, name, value):
         raise AttributeError(f"{type(self).__name__} is immutable")
 
     def __eq__(self, other):
-        return type(self) is type(other) and self._key == other._key
+        return (type(self) is type(other) and self._key == other._key
+                and self._types == other._types)
 
     def __ne__(self, other):
         return not self == other
@@ -110,6 +113,12 @@ class OpDef:
         """A short readable name (the class name, plus the mode where there is one)."""
         mode = dict(zip(self._fields, self._key)).get("mode")
         return f"{type(self).__name__}.{mode}" if mode is not None else type(self).__name__
+
+
+def _types(v):
+    if isinstance(v, tuple):
+        return tuple(_types(x) for x in v)
+    return type(v)
 
 
 def _rebuild_op(cls, key):

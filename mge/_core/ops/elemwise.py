@@ -31,7 +31,9 @@ class TypeCvt(OpDef):
 
 
 def _sigmoid(x):
-    return 1 / (1 + np.exp(-x))
+    # exp of -|x| never overflows; both branches are exact in their half.
+    e = np.exp(-np.abs(x))
+    return np.where(x >= 0, 1 / (1 + e), e / (1 + e)).astype(x.dtype, copy=False)
 
 
 def _gelu(x):
