@@ -9,6 +9,7 @@ import os
 from setuptools import Extension, find_packages, setup
 
 HOT_MODULES = [
+    "mge/_core/transformation.py",
     "mge/_core/dispatch.py",
     "mge/_core/channel/handles.py",
     "mge/_core/channel/channel.py",

@@ -10,7 +10,10 @@ __all__ = ["async_level"]
 class _Config(types.ModuleType):
     @property
     def async_level(self):
-        """0: sync after every op (errors at the call), 1: sync on unknown shapes, 2: fully async."""
+        """MegEngine's async level: 0 sync after every op, 1 sync on unknown shapes, 2 fully async.
+
+        Validated and stored; the channel of this version runs every op synchronously anyway.
+        """
         return get_channel().get_option("async_level")
 
     @async_level.setter

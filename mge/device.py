@@ -5,7 +5,7 @@ __all__ = ["get_default_device", "set_default_device", "CompNode", "is_cuda_avai
 
 
 def is_cuda_available():
-    """Whether a CUDA device can be used (pycuda installed and a GPU present)."""
+    """Whether a CUDA device can be used (always ``False`` until mge's CUDA device exists)."""
     from ._core.device import _cuda_available
     return _cuda_available()
 

@@ -9,7 +9,8 @@ ops their scalar meaning.  numpy has 0-d arrays, so in mge most ops need nothing
 * ``CumSum`` of a 0-d tensor is a one-element vector;
 * ``Reduce`` of a 0-d tensor along axis 0 (or -1) is the scalar itself.
 
-With the plugin switched off these ops follow numpy and reject 0-d inputs.
+With the plugin switched off these ops follow their kernels: ``Concat`` rejects 0-d inputs, and
+``CumSum``/``Reduce`` of a 0-d tensor keep the 0-d shape.
 """
 from mge.core import Transformation, ops
 

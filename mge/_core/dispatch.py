@@ -11,7 +11,8 @@ from . import _accel
 from .channel import get_channel
 from .device import as_device
 from .dtype import promote_args
-from .transformation import Stack, Transformation
+_t = _accel.load("mge._core.transformation")
+Stack, Transformation = _t.Stack, _t.Transformation
 
 _accel.guard(__name__)
 

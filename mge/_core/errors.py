@@ -5,9 +5,10 @@ __all__ = ["AsyncError", "TraceError", "UnusableTensorError"]
 
 
 class AsyncError(RuntimeError):
-    """An error that happened in the worker, raised at the next sync point.
+    """An error that happened while an op ran asynchronously, raised at the next sync point.
 
-    Its ``__cause__`` is the original exception.
+    Its ``__cause__`` is the original exception.  The channel of this version runs ops
+    synchronously, so errors are raised by the call that caused them and this is not raised yet.
     """
 
 

@@ -11,7 +11,8 @@ import warnings
 from importlib import metadata
 
 from . import _accel
-from .transformation import SEGMENTS, Transformation
+_t = _accel.load("mge._core.transformation")
+SEGMENTS, Transformation = _t.SEGMENTS, _t.Transformation
 
 stack = _accel.load("mge._core.dispatch").stack
 

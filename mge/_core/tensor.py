@@ -73,6 +73,8 @@ class Tensor:
         array([3., 5., 7.], dtype=float32)
     """
 
+    # ``_info`` in a slot: a new tensor needs no instance dict until someone sets an attribute.
+    __slots__ = ("_info", "__dict__", "__weakref__")
     __array_priority__ = 1000  # numpy defers binary operators to ours
     grad = None
     _name = ""
@@ -108,7 +110,7 @@ class Tensor:
             other._info = None
 
     def __del__(self):
-        info = self.__dict__.get("_info")
+        info = getattr(self, "_info", None)
         if info is not None:
             try:
                 _channel.del_(info)

@@ -12,6 +12,12 @@ transformation that declares ``op_types`` is skipped for every other op, so an i
 nothing.  The chain of callables for an op class is built once and cached until the stack changes.
 """
 
+import cython
+
+from . import _accel
+
+_accel.guard(__name__)
+
 __all__ = ["Transformation", "SEGMENTS", "Stack"]
 
 SEGMENTS = ("module_trace", "dtype_promote", "dim_expansion", "grad", "scalar", "symbol", "trace", "eval")
@@ -129,6 +135,7 @@ class Stack:
         self._nexts = nexts
 
 
+@cython.cclass
 class _Next:
     """``next`` for the layers from ``k`` down: finds, per op class, the first layer that takes it.
 
@@ -136,7 +143,11 @@ class _Next:
     remaining layers by its own class, so it meets exactly the layers that look at that class.
     """
 
-    __slots__ = ("layers", "k", "nexts", "eval", "cache")
+    layers = cython.declare(list)
+    k = cython.declare(cython.Py_ssize_t)
+    nexts = cython.declare(list)
+    eval = cython.declare(object)
+    cache = cython.declare(dict, visibility="readonly")
 
     def __init__(self, layers, k, nexts, eval_fn):
         self.layers = layers

@@ -13,7 +13,8 @@ from .._core.plugins import (
     disable_transformation, enable_transformation, get_plugin, plugin_errors, plugins,
     register_transformation, transformations,
 )
-from .._core.transformation import SEGMENTS, Transformation
+_t = _accel.load("mge._core.transformation")
+SEGMENTS, Transformation = _t.SEGMENTS, _t.Transformation
 from .. import _core
 
 apply = _accel.load("mge._core.dispatch").apply

@@ -1,4 +1,8 @@
-"""The channel's options: MegEngine's names, environment variables and defaults, in one table."""
+"""The channel's options: MegEngine's names, environment variables and defaults, in one table.
+
+The descriptions give MegEngine's meaning.  The synchronous channel of this version validates and
+stores every option; the asynchronous interpreter and DTR will act on them.
+"""
 import os
 
 __all__ = ["OPTIONS", "Options"]

@@ -1,4 +1,4 @@
-"""Devices (MegEngine's CompNode): names, the default device, and the per-device memory counters.
+"""Devices (MegEngine's CompNode): names and the default device.
 
 ``cpu0`` is numpy on the host.  MegEngine's logical names are accepted: ``xpux`` means "the best
 device there is" (``gpu0`` when a CUDA device is usable, else ``cpu0``), ``cpux`` is the CPU.  A CUDA
@@ -86,6 +86,8 @@ def as_device(device=None):
     elif kind == "gpu":
         kind = "cuda"
     if kind == "cuda" and not _cuda_available():
+        if "cuda" not in DEVICE_KINDS:
+            raise RuntimeError(f"device {device!r}: this version of mge has no CUDA device yet; use cpu0")
         raise RuntimeError(
             f"device {device!r} needs CUDA, which is not available: install pycuda "
             '(pip install "mge[cuda]") on a machine with an NVIDIA GPU'
