@@ -5,16 +5,12 @@ under the name ``<module>_c`` so that the installed extension never shadows the 
 ``MGE_PUREPYTHON=1`` can pick either (see ``mge/_core/_accel.py``).
 """
 import os
+import runpy
 
 from setuptools import Extension, find_packages, setup
 
-HOT_MODULES = [
-    "mge/_core/transformation.py",
-    "mge/_core/dispatch.py",
-    "mge/_core/channel/handles.py",
-    "mge/_core/channel/channel.py",
-    "mge/_core/tensor.py",
-]
+# The list lives beside the selector that loads the compiled modules.
+HOT_MODULES = runpy.run_path(os.path.join("mge", "_core", "_accel.py"))["HOT_MODULES"]
 
 
 def extensions():
@@ -22,7 +18,7 @@ def extensions():
         return []
     from Cython.Build import cythonize
 
-    exts = [Extension(p[:-3].replace("/", ".") + "_c", [p]) for p in HOT_MODULES]
+    exts = [Extension(m + "_c", [m.replace(".", "/") + ".py"]) for m in HOT_MODULES]
     return cythonize(
         exts,
         language_level=3,

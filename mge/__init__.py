@@ -23,7 +23,13 @@ _load_plugins()
 
 
 def _full_sync():
-    """Wait until every op issued so far has run (MegEngine's ``_full_sync``)."""
+    """Wait until every op issued so far has run; raises errors of asynchronous ops."""
+    from ._core.channel import get_channel
+    get_channel().full_sync()
+
+
+def _sync():
+    """Wait until every op issued so far has run (MegEngine's ``_sync``)."""
     from ._core.channel import get_channel
     get_channel().sync()
 

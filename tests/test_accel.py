@@ -6,8 +6,9 @@ import sys
 import mge
 from mge.core import compiled_modules
 
-HOT = {"mge._core.channel.handles", "mge._core.channel.channel", "mge._core.transformation",
-       "mge._core.dispatch", "mge._core.tensor"}
+from mge._core._accel import HOT_MODULES
+
+HOT = set(HOT_MODULES)
 
 
 def _modes(**env):

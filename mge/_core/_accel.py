@@ -8,6 +8,16 @@ that "compiled mode" cannot silently be pure Python).
 import importlib
 import os
 
+# The hot modules: plain Python that setup.py also compiles, each under the name ``<module>_c``.
+HOT_MODULES = (
+    "mge._core.channel.handles",
+    "mge._core.channel.command_buffer",
+    "mge._core.channel.channel",
+    "mge._core.transformation",
+    "mge._core.dispatch",
+    "mge._core.tensor",
+)
+
 PURE = os.environ.get("MGE_PUREPYTHON", "0") not in ("", "0")
 REQUIRE = os.environ.get("MGE_REQUIRE_COMPILED", "0") not in ("", "0")
 MODES = {}  # module name -> "compiled" | "pure"

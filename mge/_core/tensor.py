@@ -264,13 +264,20 @@ class Tensor:
         return apply(Copy(as_device(device)), self)[0]
 
     def _drop(self):
-        raise NotImplementedError("Tensor._drop arrives with the asynchronous interpreter")
+        """Free the value; it is recomputed from its producer when next used.
+
+        Needs the options ``enable_drop`` and ``record_computing_path`` (set before the producing
+        op runs); without ``enable_drop`` this does nothing, as in MegEngine.
+        """
+        _channel.drop(self._info)
 
     def _swap_out(self):
-        raise NotImplementedError("Tensor._swap_out arrives with the asynchronous interpreter")
+        """Move the value to host memory; it comes back when used (option ``enable_swap``)."""
+        _channel.swap_out(self._info)
 
     def _swap_in(self):
-        raise NotImplementedError("Tensor._swap_in arrives with the asynchronous interpreter")
+        """Bring a swapped-out value back to its device (option ``enable_swap``)."""
+        _channel.swap_in(self._info)
 
     # -- shape methods (the functional layer does the work) --------------------------------------
     def reshape(self, *shape):

@@ -1,32 +1,89 @@
 """The channel: the one door through which tensors are created, computed, read and freed.
 
-This is the interface of MegEngine's interpreter channel (seed ``003``): ``put``, ``apply_op``,
-``del_``, ``get_value``, ``get_shape``, ``get_dtype``, ``get_device``, ``sync``, ``close``,
-``set_option``/``get_option``.  This implementation runs every command at once on the caller's
-thread; the asynchronous worker replaces the bodies, not the interface.
+MegEngine's interpreter channel (seed ``003``), on a worker thread:
+
+* ``apply_op`` infers the output shapes and dtypes at once (an unknown shape is allowed) and
+  queues an ``ApplyOp`` command; the worker runs the kernel later.  Ops whose inputs are all tiny
+  host values (at most ``HOST_COMPUTE_SIZE`` elements, the seed's DEFAULT_CPU dispatch) run at once
+  on the caller's thread instead, so shape arithmetic never waits for the worker.
+* Commands pass through a ``CommandBuffer`` that fuses ``Del`` into the op that last read the
+  tensor; the worker then frees the input before the kernel and an elementwise kernel may write its
+  output into the freed buffer.
+* An error in the worker marks that command's outputs invalid and is raised at the next sync point
+  on the caller's thread as ``AsyncError`` (``__cause__``: the original), once; at
+  ``async_level=0`` the original error is raised by the call that caused it.
+* ``_swap_out``/``_swap_in`` move a value to host memory and back; ``_drop`` frees it and
+  recomputes it from its recorded producer when it is used again.
 """
+import atexit
+import os
+import sys
+import threading
+import warnings
+import weakref
+
 import numpy as np
 
 from .. import _accel
-from ..ops.base import INFER, KERNELS
+from ..ops.base import HOST, INFER, KERNELS
+from .memory import MemoryStats
 from .options import Options
+from .worker import Worker
 
 _accel.guard(__name__)
-TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
+_h = _accel.load("mge._core.channel.handles")
+_cb = _accel.load("mge._core.channel.command_buffer")
+TensorInfo, ComputePath = _h.TensorInfo, _h.ComputePath
+SWAP, DROP, NONE = _h.SWAP, _h.DROP, _h.NONE
+Command, CommandBuffer = _cb.Command, _cb.CommandBuffer
+APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_SCOPE = (
+    _cb.APPLY, _cb.DEL, _cb.GET_VALUE, _cb.SWAP_IN, _cb.SWAP_OUT, _cb.DROP, _cb.SET_OPTION,
+    _cb.PUSH_SCOPE, _cb.POP_SCOPE)
 
-__all__ = ["Channel", "get_channel", "UnusableTensorError"]
+__all__ = ["Channel", "get_channel", "UnusableTensorError", "AsyncError", "HOST_COMPUTE_SIZE"]
+
+HOST_COMPUTE_SIZE = 7  # the seed's limit for values kept and computed on the host
+
+ASYNC_HINT = ("Hint: this is where it is reported, not where it happened. "
+              "Set mge.config.async_level = 0 to raise errors where they happen.")
 
 
 class UnusableTensorError(RuntimeError):
     """Raised when an op uses a tensor whose producer failed."""
 
 
+class AsyncError(RuntimeError):
+    """An error that happened while an op ran asynchronously, raised at the next sync point.
+
+    Its ``__cause__`` is the original exception; ``errors`` lists every error reported at once.
+    """
+
+
+def _unusable():
+    return UnusableTensorError("an input tensor is unusable due to previous error")
+
+
 def _readonly(value):
-    if type(value) is not np.ndarray:
-        return np.asarray(value)  # a numpy scalar: a fresh 0-d array, nothing shared
     view = value.view()
     view.flags.writeable = False
     return view
+
+
+def _refs(values, i):
+    return sys.getrefcount(values[i])
+
+
+# References to an array held only by a list and this module's check: the count above which
+# someone else (a user's numpy view, another tensor) still sees the buffer.
+_SOLE_REFS = _refs([np.empty(1)], 0)
+
+
+def _as_array(value, dtype):
+    if type(value) is not np.ndarray:
+        value = np.asarray(value)
+    if value.dtype != dtype:
+        value = value.astype(dtype)
+    return value
 
 
 class Channel:
@@ -35,55 +92,121 @@ class Channel:
     def __init__(self):
         self.options = Options()
         self.closed = False
+        self.cv = threading.Condition()
+        self.memory = MemoryStats()
+        self._init_worker_state()
+        self.scopes = []
+        self.stats = {"host_computed": 0, "inplace": 0, "fused_dels": 0, "recomputed": 0}
 
-    # -- creating and freeing -------------------------------------------------------------
+    def _init_worker_state(self):
+        self.worker = Worker(self._process, self.cv)
+        self.buffer = CommandBuffer(self.worker.add_task, self.options.get("buffer_length"))
+        self.errors = []      # worker errors not yet raised on the caller's thread
+        self.waiting = False  # the caller waits on cv: the worker must notify
+
+    # -- guards --------------------------------------------------------------------------------
+    def _check(self, what):
+        if self.closed:
+            raise RuntimeError(f"the channel is closed ({what})")
+        if threading.get_ident() == self.worker.tid:
+            raise RuntimeError(
+                f"channel.{what} was called from the worker thread (inside a kernel); the worker "
+                "would wait for itself. Kernels must not call mge ops or read tensor values."
+            )
+
+    # -- creating and freeing ------------------------------------------------------------------
     def put(self, value, device, no_cache=False):
         """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
-        self._check_open()
-        return TensorInfo(value.shape, value.dtype, device, value)
+        self._check("put")
+        info = TensorInfo(value.shape, value.dtype, device)
+        if value.size <= HOST_COMPUTE_SIZE:
+            info.h_value = value
+        self._produce(info, value)
+        return info
 
     def del_(self, info):
-        """The user dropped ``info``: its storage may be freed."""
-        info.value = None
-        info.producer = None
+        """The user dropped ``info``: its storage may be freed once queued ops are done with it."""
+        if self.closed or info.deleted:
+            return
+        info.deleted = True
+        if info.in_worker:
+            self.buffer.enqueue(Command(DEL, dest=info))
+        else:  # never seen by the worker: nothing queued can still read it
+            self._free(info)
 
-    # -- computing --------------------------------------------------------------------------
+    # -- computing -----------------------------------------------------------------------------
     def apply_op(self, op, inputs):
-        """Run ``op`` on the input infos; returns the output infos."""
-        if self.closed:
-            raise RuntimeError("the channel is closed")
+        """Apply ``op`` to the input infos; returns the output infos at once."""
+        self._check("apply_op")
         descs = []
-        values = []
+        host = self.options.values["enable_host_compute"]
         for i in inputs:
             if i.error is not None:
-                raise UnusableTensorError("an input tensor is unusable due to previous error")
+                raise _unusable()
+            if i.deleted:
+                raise RuntimeError("an input tensor was already deleted")
             descs.append((i.shape, i.dtype))
-            values.append(i.value)
+            if i.h_value is None:
+                host = False
         cls = type(op)
         out_descs = INFER[cls](op, descs)
         device = op.device if op.sets_device or not inputs else inputs[0].device
-        try:
-            kernel = KERNELS[device.kind][cls]
-        except KeyError:
-            raise NotImplementedError(f"{op.name} has no kernel for device {device}") from None
-        outs = kernel(op, *values)
+        if host and inputs:
+            for d in out_descs:
+                shape = d[0]
+                if shape is None or _size(shape) > HOST_COMPUTE_SIZE:
+                    host = False
+                    break
+            if host:
+                return self._host_compute(op, cls, inputs, out_descs, device)
+        outputs = [TensorInfo(d[0], d[1], device) for d in out_descs]
+        for i in inputs:
+            i.in_worker = True
+        for o in outputs:
+            o.in_worker = True
+        self.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
+        level = self.options.values["async_level"]
+        if level == 0:
+            self._sync(original=True)
+        elif level == 1:
+            for d in out_descs:
+                if d[0] is None:
+                    self._sync()
+                    break
+        return outputs
+
+    def _host_compute(self, op, cls, inputs, out_descs, device):
+        # The seed's DEFAULT_CPU dispatch: tiny host values, computed now on this thread.
+        kernel = HOST.get(cls) or _kernel(op, cls, "cpu")
+        outs = kernel(op, *[i.h_value for i in inputs])
         result = []
-        for desc, value in zip(out_descs, outs):
-            dtype = desc[1]
-            if value.dtype != dtype:
-                value = value.astype(dtype)
-            result.append(TensorInfo(value.shape, dtype, device, value))
+        for d, value in zip(out_descs, outs):
+            value = _as_array(value, d[1])
+            info = TensorInfo(value.shape, d[1], device)
+            info.h_value = value
+            self._produce(info, value)
+            result.append(info)
+        self.stats["host_computed"] += 1
         return result
 
-    # -- reading ----------------------------------------------------------------------------
+    # -- reading -------------------------------------------------------------------------------
     def get_value(self, info):
-        """The value as a read-only host array (waits for it)."""
-        self._check_usable(info)
-        return _readonly(info.value)
+        """The value as a read-only host array (waits for it; raises pending worker errors)."""
+        value = info.value
+        if value is None or self.errors or info.error is not None:
+            self._check("get_value")
+            self._wait(info)
+            value = info.value
+        return _readonly(value)
 
     def get_shape(self, info):
-        self._check_usable(info)
-        return info.shape
+        """The shape; waits only when the op's rule could not tell it."""
+        shape = info.shape
+        if shape is None:
+            self._check("get_shape")
+            self._wait(info)
+            shape = info.shape
+        return shape
 
     def get_dtype(self, info):
         return info.dtype
@@ -91,27 +214,342 @@ class Channel:
     def get_device(self, info):
         return info.device
 
-    # -- control ----------------------------------------------------------------------------
+    def _wait(self, info):
+        self.buffer.flush()
+        with self.cv:
+            self.waiting = True
+            try:
+                requested = False
+                while True:
+                    if self.errors:
+                        self._raise_errors()
+                    if info.error is not None:
+                        raise _unusable()
+                    if info.value is not None:
+                        return
+                    if info.deleted:
+                        raise RuntimeError("the tensor was deleted")
+                    if info.evict_type != NONE and not requested:
+                        # swapped out or dropped: the worker brings it back (cv is reentrant)
+                        requested = True
+                        self.buffer.enqueue(Command(GET_VALUE, dest=info))
+                        continue
+                    if self.worker.death is not None:
+                        raise RuntimeError("the mge worker thread died") from self.worker.death
+                    if self.worker.finished() and not self.buffer.commands:
+                        if info.value is None and info.error is None and info.evict_type == NONE:
+                            raise RuntimeError("waiting for a tensor that nothing will produce")
+                        continue
+                    self.cv.wait()
+            finally:
+                self.waiting = False
+
+    # -- control -------------------------------------------------------------------------------
     def sync(self):
-        """Wait until every command issued so far has run."""
+        """Wait until every command issued so far has run; raise pending worker errors."""
+        self._check("sync")
+        self._sync()
+
+    def full_sync(self):
+        """``sync`` plus the devices' own queues (nothing more to wait for on the CPU)."""
+        self.sync()
+
+    def _sync(self, original=False):
+        self.wait_idle()
+        if self.errors:
+            with self.cv:
+                self._raise_errors(original)
+
+    def wait_idle(self):
+        """Flush and wait for the worker to drain, without raising its errors."""
+        self.buffer.flush()
+        with self.cv:
+            self.waiting = True
+            try:
+                while not self.worker.finished():
+                    if self.worker.death is not None:
+                        raise RuntimeError("the mge worker thread died") from self.worker.death
+                    self.cv.wait()
+            finally:
+                self.waiting = False
+
+    def _raise_errors(self, original=False):
+        errors, self.errors = self.errors, []
+        first = errors[0]
+        if original:
+            raise first
+        more = f" ({len(errors) - 1} more error(s) follow in .errors)" if len(errors) > 1 else ""
+        err = AsyncError(f"an error was reported by an op that ran asynchronously: "
+                         f"{type(first).__name__}: {first}{more}. {ASYNC_HINT}")
+        err.errors = errors
+        raise err from first
 
     def close(self):
-        """Stop the channel; idempotent."""
+        """Finish queued work and stop the worker; idempotent.  Unread errors are reported."""
+        if self.closed:
+            return
+        if threading.get_ident() == self.worker.tid:
+            raise RuntimeError("channel.close was called from the worker thread")
+        try:
+            self.wait_idle()
+        except RuntimeError:
+            pass
+        self.worker.stop()
         self.closed = True
+        if self.errors:
+            errors, self.errors = self.errors, []
+            print(f"mge: {len(errors)} error(s) from asynchronous ops were never read "
+                  f"(no sync point followed them):", file=sys.stderr)
+            for e in errors:
+                print(f"  {type(e).__name__}: {e}", file=sys.stderr)
 
     def set_option(self, name, value):
         self.options.set(name, value)
+        if self.options.get("buffer_length") != self.buffer.length:
+            self.buffer.flush()
+            self.buffer.length = self.options.get("buffer_length")
 
     def get_option(self, name):
         return self.options.get(name)
 
-    def _check_open(self):
-        if self.closed:
-            raise RuntimeError("the channel is closed")
+    def push_scope(self, name):
+        """Open a named scope (profiler annotations)."""
+        self._check("push_scope")
+        self.scopes.append(name)
+        self.buffer.enqueue(Command(PUSH_SCOPE, value=name))
 
-    def _check_usable(self, info):
-        if info.error is not None:
-            raise UnusableTensorError("an input tensor is unusable due to previous error")
+    def pop_scope(self, name):
+        """Close the innermost scope, which must be ``name``."""
+        self._check("pop_scope")
+        if not self.scopes or self.scopes[-1] != name:
+            top = self.scopes[-1] if self.scopes else None
+            raise ValueError(f"pop_scope({name!r}) does not match the innermost scope {top!r}")
+        self.scopes.pop()
+        self.buffer.enqueue(Command(POP_SCOPE, value=name))
+
+    # -- swap and drop ---------------------------------------------------------------------------
+    def swap_out(self, info):
+        """Move the value to host memory (``enable_swap``; otherwise nothing, as in MegEngine)."""
+        self._check("swap_out")
+        if self.options.values["enable_swap"]:
+            self._enqueue_for(info, SWAP_OUT)
+
+    def swap_in(self, info):
+        """Bring a swapped-out value back to its device (``enable_swap``)."""
+        self._check("swap_in")
+        if self.options.values["enable_swap"]:
+            self._enqueue_for(info, SWAP_IN)
+
+    def drop(self, info):
+        """Free the value; it is recomputed from its producer when used (``enable_drop``)."""
+        self._check("drop")
+        if self.options.values["enable_drop"]:
+            self._enqueue_for(info, DROP_CMD)
+
+    def _enqueue_for(self, info, kind):
+        if info.deleted:
+            raise RuntimeError("the tensor was already deleted")
+        info.in_worker = True
+        self.buffer.enqueue(Command(kind, dest=info))
+
+    # -- the worker's side -------------------------------------------------------------------------
+    def _process(self, cmd):
+        if not self.options.values["catch_worker_execption"]:
+            self._run_command(cmd)
+            return
+        try:
+            self._run_command(cmd)
+        except Exception as e:
+            if cmd.kind == APPLY:
+                for o in cmd.outputs:
+                    o.error = e
+                if cmd.dels:
+                    for d in cmd.dels:
+                        self._free(d)
+            elif cmd.dest is not None and cmd.kind != DEL:
+                cmd.dest.error = e
+            with self.cv:
+                self.errors.append(e)
+                self.cv.notify_all()
+
+    def _run_command(self, cmd):
+        kind = cmd.kind
+        if kind == APPLY:
+            self._do_apply(cmd.op, cmd.inputs, cmd.outputs, cmd.dels)
+        elif kind == DEL:
+            self._free(cmd.dest)
+        elif kind == GET_VALUE:
+            if cmd.dest.value is None and cmd.dest.error is None and not cmd.dest.deleted:
+                self._regenerate(cmd.dest)
+        elif kind == SWAP_OUT:
+            info = cmd.dest
+            if info.value is not None and info.evict_type == NONE:
+                info.h_value = np.array(info.value)  # a host copy the device buffer can go without
+                self._release(info)
+                info.evict_type = SWAP
+        elif kind == SWAP_IN:
+            info = cmd.dest
+            if info.value is None and info.evict_type == SWAP:
+                self._regenerate(info)
+        elif kind == DROP_CMD:
+            self._do_drop(cmd.dest)
+        # SET_OPTION, PUSH_SCOPE, POP_SCOPE: ordering marks for the profiler; nothing to run
+
+    def _do_apply(self, op, inputs, outputs, dels):
+        values = []
+        for i in inputs:
+            if i.value is None:
+                if i.error is not None:
+                    raise _unusable()
+                self._regenerate(i)
+            values.append(i.value)
+        cls = type(op)
+        kernel = None
+        if dels:
+            for d in dels:
+                self._free(d)
+            self.stats["fused_dels"] += len(dels)
+            kernel = self._inplace_kernel(op, cls, inputs, values, outputs, dels)
+        if kernel is None:
+            outs = _kernel(op, cls, outputs[0].device.kind if outputs else "cpu")(op, *values)
+        else:
+            outs = kernel()
+        del values
+        record = self.options.values["record_computing_path"] and self.options.values["enable_drop"]
+        path = ComputePath(op, list(inputs), list(outputs)) if record else None
+        for info, value in zip(outputs, outs):
+            # produced even if the user already let go: queued commands may still read it
+            self._produce(info, _as_array(value, info.dtype))
+            if path is not None:
+                info.producer = path
+        if path is not None:
+            for i in inputs:
+                if i.users is None:
+                    i.users = [path]
+                else:
+                    i.users.append(path)
+
+    def _inplace_kernel(self, op, cls, inputs, values, outputs, dels):
+        # A fused Del freed an input: an elementwise ufunc may write its output into that buffer
+        # if nothing else can see it (no other tensor, no user's numpy view).
+        fn = getattr(op, "fn", None)
+        if not isinstance(fn, np.ufunc) or fn.nout != 1 or len(outputs) != 1:
+            return None
+        out = outputs[0]
+        for k in range(len(inputs)):
+            i = inputs[k]
+            if i not in dels:
+                continue
+            # count references before binding the buffer to a local name
+            if _refs(values, k) > _SOLE_REFS + _uses(inputs, i) - 1:
+                continue
+            buf = values[k]
+            if (buf.base is None and buf.flags.writeable and buf.flags.c_contiguous
+                    and buf.shape == out.shape and buf.dtype == out.dtype):
+                self.stats["inplace"] += 1
+                return lambda: (fn(*values, out=buf),)
+        return None
+
+    def _produce(self, info, value):
+        if info.shape is None:
+            info.shape = value.shape
+        self.memory.hold(info.device, value)
+        info.value = value
+        info.evict_type = NONE
+        if self.waiting:
+            with self.cv:
+                self.cv.notify_all()
+
+    def _release(self, info):
+        v = info.value
+        if v is not None:
+            info.value = None
+            self.memory.release(v)
+
+    def _free(self, info):
+        # The user let go: free the storage; tensors recorded as computed from it no longer can be.
+        if info.users:
+            for path in info.users:
+                for o in path.outputs:
+                    if o.producer is path:
+                        if o.value is None and o.evict_type == DROP:
+                            self._regenerate(o)
+                        o.producer = None
+            info.users = None
+        self._release(info)
+        info.h_value = None
+        info.producer = None
+        info.evict_type = NONE
+
+    def _do_drop(self, info, user=True):
+        if info.value is None or info.evict_type != NONE:
+            return
+        if info.producer is None:
+            if user:
+                warnings.warn("the input that produced this tensor has been deleted or its "
+                              "computing path was not recorded (set record_computing_path=1 and "
+                              "enable_drop=1 first); this drop is ignored", RuntimeWarning)
+            return
+        self._release(info)
+        info.evict_type = DROP
+
+    def _regenerate(self, info):
+        if info.evict_type == SWAP:
+            self._produce(info, np.array(info.h_value))
+            info.h_value = None if info.h_value is None or info.h_value.size > HOST_COMPUTE_SIZE else info.h_value
+        elif info.evict_type == DROP:
+            path = info.producer
+            self.stats["recomputed"] += 1
+            values = []
+            for i in path.inputs:
+                if i.value is None:
+                    if i.error is not None:
+                        raise _unusable()
+                    self._regenerate(i)
+                values.append(i.value)
+            outs = _kernel(path.op, type(path.op), info.device.kind)(path.op, *values)
+            for o, value in zip(path.outputs, outs):
+                if o.value is None and o.evict_type == DROP:
+                    self._produce(o, _as_array(value, o.dtype))
+        else:
+            raise RuntimeError(f"cannot produce {info!r}: it has no value and no way to get one")
+
+    # -- fork ------------------------------------------------------------------------------------
+    def _after_fork_in_child(self):
+        # The worker thread does not exist in the child: start afresh; ops that had not run in
+        # the parent cannot run here, so their outputs become unusable.
+        pending = list(self.worker.queue) + list(self.buffer.commands)
+        lost = RuntimeError("the op had not run when the process forked")
+        for cmd in pending:
+            if cmd.kind == APPLY:
+                for o in cmd.outputs:
+                    if o.value is None:
+                        o.error = lost
+        self.cv = threading.Condition()
+        self.memory._lock = threading.Lock()
+        self._init_worker_state()
+
+
+def _uses(inputs, info):
+    n = 0
+    for i in inputs:
+        if i is info:
+            n += 1
+    return n
+
+
+def _size(shape):
+    n = 1
+    for s in shape:
+        n *= s
+    return n
+
+
+def _kernel(op, cls, kind):
+    try:
+        return KERNELS[kind][cls]
+    except KeyError:
+        raise NotImplementedError(f"{op.name} has no kernel for the {kind} device") from None
 
 
 _channel = None
@@ -122,4 +560,20 @@ def get_channel():
     global _channel
     if _channel is None:
         _channel = Channel()
+        ref = weakref.ref(_channel)
+        atexit.register(_close_at_exit, ref)
+        if hasattr(os, "register_at_fork"):
+            os.register_at_fork(after_in_child=lambda: _fork_child(ref))
     return _channel
+
+
+def _close_at_exit(ref):
+    ch = ref()
+    if ch is not None:
+        ch.close()
+
+
+def _fork_child(ref):
+    ch = ref()
+    if ch is not None:
+        ch._after_fork_in_child()

@@ -1,12 +1,17 @@
-"""``TensorInfo``: what the channel knows about one tensor (compiled; see ``_accel``).
+"""``TensorInfo`` and ``ComputePath``: what the channel knows about a tensor (compiled; see ``_accel``).
 
 A handle *is* its ``TensorInfo``.  The description (shape, dtype, device) is known at dispatch
-time whenever the op's rule can tell; ``value`` is the storage once computed.  Compiled, this is a
-C struct (a Cython ``cclass``); in pure-Python mode a plain class.
+time whenever the op's rule can tell; ``value`` is the device storage once produced (a numpy array
+on the CPU).  Compiled, these are C structs (Cython ``cclass``); in pure-Python mode plain classes.
 """
 import cython
 
-__all__ = ["TensorInfo"]
+__all__ = ["TensorInfo", "ComputePath", "NONE", "SWAP", "DROP"]
+
+# evict_type: why a produced tensor has no value now
+NONE = 0
+SWAP = 1   # swapped out: ``h_value`` holds it on the host
+DROP = 2   # dropped: recompute from ``producer``
 
 
 @cython.cclass
@@ -16,21 +21,59 @@ class TensorInfo:
     shape = cython.declare(object, visibility="public")     # tuple, or None while unknown
     dtype = cython.declare(object, visibility="public")     # numpy dtype
     device = cython.declare(object, visibility="public")    # CompNode
-    value = cython.declare(object, visibility="public")     # storage (numpy array on cpu)
-    producer = cython.declare(object, visibility="public")  # (op, input infos) when recorded
+    value = cython.declare(object, visibility="public")     # device storage, None until produced
+    h_value = cython.declare(object, visibility="public")   # host copy: tiny values, swapped out
+    producer = cython.declare(object, visibility="public")  # ComputePath when recorded
+    users = cython.declare(list, visibility="public")       # ComputePaths that read this tensor
     error = cython.declare(object, visibility="public")     # why this tensor is unusable
     name = cython.declare(object, visibility="public")
+    evict_type = cython.declare(cython.int, visibility="public")
+    in_worker = cython.declare(cython.bint, visibility="public")  # an op for the worker reads it
+    deleted = cython.declare(cython.bint, visibility="public")
     __weakref__ = cython.declare(object)
 
-    def __init__(self, shape, dtype, device, value=None, producer=None):
+    def __init__(self, shape, dtype, device):
         self.shape = shape
         self.dtype = dtype
         self.device = device
-        self.value = value
-        self.producer = producer
+        self.value = None
+        self.h_value = None
+        self.producer = None
+        self.users = None
         self.error = None
         self.name = None
+        self.evict_type = NONE
+        self.in_worker = False
+        self.deleted = False
+
+    @property
+    def ready(self):
+        """Whether the value can be read now (produced, or failed)."""
+        return self.value is not None or self.error is not None
 
     def __repr__(self):
-        state = "invalid" if self.error is not None else ("ready" if self.value is not None else "pending")
+        if self.error is not None:
+            state = "invalid"
+        elif self.value is not None:
+            state = "ready"
+        elif self.evict_type == SWAP:
+            state = "swapped"
+        elif self.evict_type == DROP:
+            state = "dropped"
+        else:
+            state = "pending"
         return f"<TensorInfo {self.shape} {self.dtype} {self.device} {state}>"
+
+
+@cython.cclass
+class ComputePath:
+    """How a tensor was produced: ``op`` applied to ``inputs`` gave ``outputs`` (for recompute)."""
+
+    op = cython.declare(object, visibility="public")
+    inputs = cython.declare(list, visibility="public")
+    outputs = cython.declare(list, visibility="public")
+
+    def __init__(self, op, inputs, outputs):
+        self.op = op
+        self.inputs = inputs
+        self.outputs = outputs

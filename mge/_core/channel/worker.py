@@ -1,0 +1,81 @@
+"""The worker thread: executes flushed commands in order.
+
+Waiting is done on the channel's condition variable, never by polling.  The caller only takes the
+lock to wake the worker when it sleeps, so a busy stream of commands costs a ``deque.append`` each.
+"""
+import collections
+import threading
+
+__all__ = ["Worker"]
+
+
+class Worker:
+    """Runs ``process(cmd)`` for each command of its queue on one thread, in order."""
+
+    def __init__(self, process, cv, name="mge-worker"):
+        self.process = process
+        self.cv = cv
+        self.name = name
+        self.queue = collections.deque()
+        self.idle = True
+        self.stopping = False
+        self.thread = None
+        self.tid = None
+        self.death = None  # the exception that ended the thread (catch_worker_execption=0)
+
+    def add_task(self, cmd):
+        self.queue.append(cmd)
+        if self.thread is None:
+            self._start()
+        elif self.idle:
+            with self.cv:
+                self.cv.notify_all()
+
+    def _start(self):
+        self.idle = False
+        self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self.thread.start()
+
+    def _run(self):
+        self.tid = threading.get_ident()
+        q = self.queue
+        cv = self.cv
+        process = self.process
+        try:
+            while True:
+                if q:
+                    process(q.popleft())
+                    continue
+                with cv:
+                    self.idle = True
+                    cv.notify_all()  # whoever waits for the queue to drain
+                    while not q and not self.stopping:
+                        cv.wait()
+                    if not q and self.stopping:
+                        return
+                    self.idle = False
+        except BaseException as e:
+            self.death = e
+            raise
+        finally:
+            with cv:
+                self.idle = True
+                cv.notify_all()
+
+    @property
+    def alive(self):
+        return self.thread is not None and self.thread.is_alive()
+
+    def finished(self):
+        """Whether every queued command has run (call with the lock held)."""
+        return not self.queue and (self.idle or self.death is not None or not self.alive)
+
+    def stop(self, timeout=10.0):
+        """Finish the queue, then end the thread."""
+        if self.thread is None:
+            return
+        with self.cv:
+            self.stopping = True
+            self.cv.notify_all()
+        if threading.get_ident() != self.tid:
+            self.thread.join(timeout)
