@@ -26,11 +26,11 @@ import numpy as np
 
 from .. import _accel
 from ..ops.base import HOST, INFER, KERNELS
-from .memory import MemoryStats
 from .options import Options
 from .worker import Worker
 
 _accel.guard(__name__)
+MemoryStats = _accel.load("mge._core.channel.memory").MemoryStats
 _h = _accel.load("mge._core.channel.handles")
 _cb = _accel.load("mge._core.channel.command_buffer")
 TensorInfo, ComputePath = _h.TensorInfo, _h.ComputePath
@@ -42,6 +42,7 @@ APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_
 
 __all__ = ["Channel", "get_channel", "UnusableTensorError", "AsyncError", "HOST_COMPUTE_SIZE"]
 
+_get_ident = threading.get_ident
 HOST_COMPUTE_SIZE = 7  # the seed's limit for values kept and computed on the host
 
 ASYNC_HINT = ("Hint: this is where it is reported, not where it happened. "
@@ -96,7 +97,7 @@ class Channel:
         self.memory = MemoryStats()
         self._init_worker_state()
         self.scopes = []
-        self.stats = {"host_computed": 0, "inplace": 0, "fused_dels": 0, "recomputed": 0}
+        self.stats = {"inplace": 0, "fused_dels": 0, "recomputed": 0}
 
     def _init_worker_state(self):
         self.worker = Worker(self._process, self.cv)
@@ -108,7 +109,7 @@ class Channel:
     def _check(self, what):
         if self.closed:
             raise RuntimeError(f"the channel is closed ({what})")
-        if threading.get_ident() == self.worker.tid:
+        if _get_ident() == self.worker.tid:
             raise RuntimeError(
                 f"channel.{what} was called from the worker thread (inside a kernel); the worker "
                 "would wait for itself. Kernels must not call mge ops or read tensor values."
@@ -177,16 +178,18 @@ class Channel:
 
     def _host_compute(self, op, cls, inputs, out_descs, device):
         # The seed's DEFAULT_CPU dispatch: tiny host values, computed now on this thread.
-        kernel = HOST.get(cls) or _kernel(op, cls, "cpu")
+        kernel = HOST.get(cls)
+        if kernel is None:
+            kernel = _kernel(op, cls, "cpu")
         outs = kernel(op, *[i.h_value for i in inputs])
         result = []
-        for d, value in zip(out_descs, outs):
-            value = _as_array(value, d[1])
-            info = TensorInfo(value.shape, d[1], device)
+        for k in range(len(out_descs)):
+            dtype = out_descs[k][1]
+            value = _as_array(outs[k], dtype)
+            info = TensorInfo(value.shape, dtype, device)
             info.h_value = value
             self._produce(info, value)
             result.append(info)
-        self.stats["host_computed"] += 1
         return result
 
     # -- reading -------------------------------------------------------------------------------
@@ -526,7 +529,7 @@ class Channel:
                     if o.value is None:
                         o.error = lost
         self.cv = threading.Condition()
-        self.memory._lock = threading.Lock()
+        self.memory.reset_lock()
         self._init_worker_state()
 
 

@@ -1,4 +1,4 @@
-"""Exact memory statistics of tensor storage per device.
+"""Exact memory statistics of tensor storage per device (compiled; see ``_accel``).
 
 A tensor's value may be a view of another tensor's buffer (reshape, broadcast, detach share
 storage), so the counter is kept per *buffer*: a buffer counts once, from the first tensor that
@@ -7,48 +7,68 @@ worker produce values, so updates take a lock.
 """
 import threading
 
+import cython
 import numpy as np
 
+from .. import _accel
+
+_accel.guard(__name__)
+
 __all__ = ["MemoryStats"]
+
+_ndarray = np.ndarray
 
 
 def _owner(arr):
     base = arr.base
-    while isinstance(base, np.ndarray):
+    while isinstance(base, _ndarray):
         arr = base
         base = arr.base
     return arr
 
 
+@cython.cclass
 class MemoryStats:
-    """Bytes of live tensor storage, current and peak, per device."""
+    """Bytes of live tensor storage, current and peak, per device (keyed by physical name)."""
+
+    _lock = cython.declare(object, visibility="public")
+    _buffers = cython.declare(dict)   # id(owner) -> [owner, holders, nbytes, device key]
+    _current = cython.declare(dict)   # device key -> bytes
+    _peak = cython.declare(dict)      # device key -> bytes
 
     def __init__(self):
         self._lock = threading.Lock()
-        self._buffers = {}    # id(owner) -> [owner, holders, nbytes, device]
-        self._current = {}    # device -> bytes
-        self._peak = {}       # device -> bytes
+        self._buffers = {}
+        self._current = {}
+        self._peak = {}
 
     def hold(self, device, arr):
-        """A tensor now holds ``arr`` on ``device``."""
-        owner = _owner(arr)
+        """A tensor on ``device`` now holds ``arr``."""
+        owner = arr if arr.base is None else _owner(arr)
         key = id(owner)
-        with self._lock:
+        lock = self._lock
+        lock.acquire()
+        try:
             entry = self._buffers.get(key)
             if entry is not None:
                 entry[1] += 1
                 return
             n = owner.nbytes
-            self._buffers[key] = [owner, 1, n, device]
-            cur = self._current.get(device, 0) + n
-            self._current[device] = cur
-            if cur > self._peak.get(device, 0):
-                self._peak[device] = cur
+            dev = device.physical
+            self._buffers[key] = [owner, 1, n, dev]
+            cur = self._current.get(dev, 0) + n
+            self._current[dev] = cur
+            if cur > self._peak.get(dev, 0):
+                self._peak[dev] = cur
+        finally:
+            lock.release()
 
     def release(self, arr):
         """A tensor let go of ``arr``; returns the bytes freed (0 while others still hold it)."""
-        key = id(_owner(arr))
-        with self._lock:
+        key = id(arr if arr.base is None else _owner(arr))
+        lock = self._lock
+        lock.acquire()
+        try:
             entry = self._buffers.get(key)
             if entry is None:
                 return 0
@@ -56,9 +76,12 @@ class MemoryStats:
             if entry[1]:
                 return 0
             del self._buffers[key]
-            device, n = entry[3], entry[2]
-            self._current[device] -= n
+            dev = entry[3]
+            n = entry[2]
+            self._current[dev] -= n
             return n
+        finally:
+            lock.release()
 
     def holders(self, arr):
         """How many tensors hold the buffer of ``arr``."""
@@ -66,12 +89,17 @@ class MemoryStats:
         return 0 if entry is None else entry[1]
 
     def allocated(self, device):
-        return self._current.get(device, 0)
+        return self._current.get(device.physical, 0)
 
     def peak(self, device):
-        return self._peak.get(device, 0)
+        return self._peak.get(device.physical, 0)
 
     def reset_peak(self, device=None):
         with self._lock:
-            for d in ([device] if device is not None else list(self._peak)):
+            keys = [device.physical] if device is not None else list(self._peak)
+            for d in keys:
                 self._peak[d] = self._current.get(d, 0)
+
+    def reset_lock(self):
+        """A fresh lock (the child of a fork must not inherit a held one)."""
+        self._lock = threading.Lock()
