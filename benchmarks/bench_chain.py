@@ -121,8 +121,9 @@ _explicit = set()
 
 WORKLOADS = {
     # name: (shape, use Python floats for a and b)
-    "small_tensor": ((4,), False),
+    "small_tensor": ((4,), False),   # at most 7 elements: computed on the host at dispatch
     "small_float": ((4,), True),
+    "mid_tensor": ((16,), False),    # tiny, but past the host-compute limit: the worker runs it
     "large": ((256, 256), False),
 }
 
@@ -154,9 +155,25 @@ def bench(fws, workload, steps, reps):
     return out
 
 
+def _at_level(module, level, setup):
+    """A runner that times mge at ``config.async_level = level`` (variants share one process)."""
+    def make(*args):
+        run = setup(*args)
+
+        def run_at(steps):
+            old = module.config.async_level
+            module.config.async_level = level
+            try:
+                return run(steps)
+            finally:
+                module.config.async_level = old
+        return run_at
+    return make
+
+
 def mode_of(fws):
     info = {}
-    if "mge" in fws:
+    if any(n.startswith("mge") for n in fws):
         import mge
         import mge.core
         info["mge_modules"] = mge.core.compiled_modules()
@@ -198,6 +215,9 @@ def main(argv=None):
                    help="steps of the 256x256 chain (two ops each; default 200)")
     p.add_argument("--async-level", type=int, choices=(0, 1, 2), default=None,
                    help="set mge.config.async_level (and MegEngine's) before timing")
+    p.add_argument("--async-levels", default=None,
+                   help="comma-separated mge async levels timed side by side, e.g. 2,0 "
+                        "(mge appears once per level, as mge@2, mge@0)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help=f"comma-separated subset of {', '.join(WORKLOADS)}")
     args = p.parse_args(argv)
@@ -210,6 +230,11 @@ def main(argv=None):
     if "numpy" not in names:
         names.append("numpy")
     fws = load_frameworks(names, args.async_level)
+    if args.async_levels and "mge" in fws:
+        import mge
+        setup = fws.pop("mge")
+        levels = [int(x) for x in args.async_levels.split(",")]
+        fws = {**{f"mge@{lvl}": _at_level(mge, lvl, setup) for lvl in levels}, **fws}
 
     results = {}
     for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
