@@ -240,7 +240,7 @@ def main(argv=None):
     for workload in [w.strip() for w in args.workloads.split(",") if w.strip()]:
         if workload not in WORKLOADS:
             raise SystemExit(f"bench_chain: unknown workload {workload!r}")
-        steps = max(1, args.small_ops // 2) if workload.startswith("small") else args.large_steps
+        steps = max(1, args.small_ops // 2) if workload != "large" else args.large_steps
         results[workload] = bench(fws, workload, steps, args.reps)
 
     print(table(results, fws))

@@ -10,10 +10,8 @@ __all__ = ["async_level"]
 class _Config(types.ModuleType):
     @property
     def async_level(self):
-        """MegEngine's async level: 0 sync after every op, 1 sync on unknown shapes, 2 fully async.
-
-        Validated and stored; the channel of this version runs every op synchronously anyway.
-        """
+        """MegEngine's async level: 0 sync after every op (errors raised by the call that caused
+        them), 1 sync when an output shape is unknown, 2 fully asynchronous (the default)."""
         return get_channel().get_option("async_level")
 
     @async_level.setter

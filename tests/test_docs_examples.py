@@ -79,6 +79,6 @@ def test_benchmark_command_runs():
     import json
     record = json.loads(proc.stdout.strip().splitlines()[-1])
     assert record["bench"] == "chain"
-    assert set(record["results"]) == {"small_tensor", "small_float", "large"}
+    assert set(record["results"]) == {"small_tensor", "small_float", "mid_tensor", "large"}
     for res in record["results"].values():
         assert res["mge"]["us_per_op"] > 0 and res["mge"]["ratio_vs_numpy"] > 0

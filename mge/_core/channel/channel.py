@@ -104,6 +104,9 @@ class Channel:
         self.buffer = CommandBuffer(self.worker.add_task, self.options.get("buffer_length"))
         self.errors = []      # worker errors not yet raised on the caller's thread
         self.waiting = False  # the caller waits on cv: the worker must notify
+        # The worker's own copy of the options, changed by SetOption commands in queue order (the
+        # seed's worker state): an option set now must not change how already queued ops run.
+        self.worker_options = dict(self.options.values)
 
     # -- guards --------------------------------------------------------------------------------
     def _check(self, what):
@@ -130,7 +133,11 @@ class Channel:
         if self.closed or info.deleted:
             return
         info.deleted = True
-        if info.in_worker:
+        if _get_ident() == self.worker.tid:
+            # a finalizer run by the GC on the worker thread: the buffer is the caller's; the Del
+            # waits for the caller's next buffer operation (found by tests/test_async.py)
+            self.buffer.defer(Command(DEL, dest=info))
+        elif info.in_worker:
             self.buffer.enqueue(Command(DEL, dest=info))
         else:  # never seen by the worker: nothing queued can still read it
             self._free(info)
@@ -283,7 +290,7 @@ class Channel:
             raise first
         more = f" ({len(errors) - 1} more error(s) follow in .errors)" if len(errors) > 1 else ""
         err = AsyncError(f"an error was reported by an op that ran asynchronously: "
-                         f"{type(first).__name__}: {first}{more}. {ASYNC_HINT}")
+                         f"{type(first).__name__}: {str(first).rstrip('.')}{more}. {ASYNC_HINT}")
         err.errors = errors
         raise err from first
 
@@ -307,7 +314,9 @@ class Channel:
                 print(f"  {type(e).__name__}: {e}", file=sys.stderr)
 
     def set_option(self, name, value):
-        self.options.set(name, value)
+        self._check("set_option")
+        # the caller's state changes now; the worker's when it reaches the SetOption (seed 003)
+        self.buffer.enqueue(Command(SET_OPTION, value=self.options.set(name, value)))
         if self.options.get("buffer_length") != self.buffer.length:
             self.buffer.flush()
             self.buffer.length = self.options.get("buffer_length")
@@ -357,7 +366,7 @@ class Channel:
 
     # -- the worker's side -------------------------------------------------------------------------
     def _process(self, cmd):
-        if not self.options.values["catch_worker_execption"]:
+        if not self.worker_options["catch_worker_execption"]:
             self._run_command(cmd)
             return
         try:
@@ -396,14 +405,29 @@ class Channel:
                 self._regenerate(info)
         elif kind == DROP_CMD:
             self._do_drop(cmd.dest)
-        # SET_OPTION, PUSH_SCOPE, POP_SCOPE: ordering marks for the profiler; nothing to run
+        elif kind == SET_OPTION:
+            name, value = cmd.value
+            self.worker_options[name] = value
+        # PUSH_SCOPE, POP_SCOPE: ordering marks for the profiler; nothing to run
 
     def _do_apply(self, op, inputs, outputs, dels):
+        # An input made invalid by an earlier failure: its error is already reported (or pending)
+        # once; the outputs inherit it silently instead of adding an error per dependent op, which
+        # would report the failure again at the next sync point (found by tests/test_async.py).
+        for i in inputs:
+            if i.error is not None:
+                for o in outputs:
+                    o.error = i.error
+                if dels:
+                    for d in dels:
+                        self._free(d)
+                if self.waiting:
+                    with self.cv:
+                        self.cv.notify_all()
+                return
         values = []
         for i in inputs:
             if i.value is None:
-                if i.error is not None:
-                    raise _unusable()
                 self._regenerate(i)
             values.append(i.value)
         cls = type(op)
@@ -418,8 +442,11 @@ class Channel:
         else:
             outs = kernel()
         del values
-        record = self.options.values["record_computing_path"] and self.options.values["enable_drop"]
-        path = ComputePath(op, list(inputs), list(outputs)) if record else None
+        record = self.worker_options["record_computing_path"] and self.worker_options["enable_drop"]
+        # An input freed by a fused Del cannot feed a recomputation: no producer then (as when an
+        # unfused Del frees it later, see _free).  Recording it made a later drop unrecoverable
+        # ("cannot produce ...") for e.g. ``y = F.exp(x) * 2`` (found by tests/test_async.py).
+        path = ComputePath(op, list(inputs), list(outputs)) if record and not dels else None
         for info, value in zip(outputs, outs):
             # produced even if the user already let go: queued commands may still read it
             self._produce(info, _as_array(value, info.dtype))
@@ -521,7 +548,7 @@ class Channel:
     def _after_fork_in_child(self):
         # The worker thread does not exist in the child: start afresh; ops that had not run in
         # the parent cannot run here, so their outputs become unusable.
-        pending = list(self.worker.queue) + list(self.buffer.commands)
+        pending = list(self.worker.queue) + list(self.buffer.commands) + list(self.buffer.pending)
         lost = RuntimeError("the op had not run when the process forked")
         for cmd in pending:
             if cmd.kind == APPLY:

@@ -6,6 +6,8 @@ whose tensor is an input of a buffered ``ApplyOp``, with no later use in the buf
 that ``ApplyOp``: the worker frees the tensor before the kernel runs, so an elementwise kernel can
 write its output into the freed buffer.  ``GetValue`` flushes everything.  Compiled (see ``_accel``).
 """
+import collections
+
 import cython
 
 from .. import _accel
@@ -73,22 +75,58 @@ class CommandBuffer:
     commands = cython.declare(list, visibility="readonly")
     length = cython.declare(cython.Py_ssize_t, visibility="public")
     sink = cython.declare(object)
+    # Re-entrancy guard.  A Tensor's finalizer (``del_``) can run inside any allocation of a buffer
+    # operation (the cyclic GC), or on the worker thread; mutating ``commands`` then corrupted the
+    # operation in progress (a segfault in the compiled slice of ``flush_to``, found by
+    # tests/test_async.py).  Commands arriving meanwhile wait in ``pending`` (a deque: appending
+    # is safe from any thread) and are taken in order by the next operation.
+    busy = cython.declare(cython.bint, visibility="readonly")
+    pending = cython.declare(object, visibility="readonly")
 
     def __init__(self, sink, length=3):
         self.commands = []
         self.sink = sink
         self.length = length
+        self.busy = False
+        self.pending = collections.deque()
 
     def enqueue(self, cmd):
         """Add ``cmd``: fuse it if it is a Del that can be fused, then flush what is too old."""
+        if self.busy:
+            self.pending.append(cmd)
+            return
+        self.busy = True
+        try:
+            self._enqueue(cmd)
+            self._drain()
+        finally:
+            self.busy = False
+
+    def defer(self, cmd):
+        """Queue ``cmd`` for the next buffer operation (from any thread, at any time)."""
+        self.pending.append(cmd)
+
+    def _drain(self):
+        pending = self.pending
+        while pending:
+            self._enqueue(pending.popleft())
+
+    def _enqueue(self, cmd):
         if cmd.kind == DEL and self.fuse_del(cmd):
             return
         self.commands.append(cmd)
         self.flush_to(self.flush_pos_for(cmd))
 
     def flush(self):
-        """Hand every buffered command to the worker."""
-        self.flush_to(len(self.commands))
+        """Hand every buffered (and pending) command to the worker."""
+        if self.busy:  # only a finalizer inside an operation gets here: that operation flushes
+            return
+        self.busy = True
+        try:
+            self._drain()
+            self.flush_to(len(self.commands))
+        finally:
+            self.busy = False
 
     def flush_to(self, pos: cython.Py_ssize_t):
         if pos <= 0:

@@ -1,9 +1,11 @@
 """The channel's options: MegEngine's names, environment variables and defaults, in one table.
 
-The descriptions give MegEngine's meaning.  The synchronous channel of this version validates and
-stores every option; the asynchronous interpreter and DTR will act on them.
+The descriptions give MegEngine's meaning.  The asynchronous channel acts on them (DTR's options
+are validated and stored for the DTR issue).
 """
 import os
+
+import numpy as np
 
 __all__ = ["OPTIONS", "Options"]
 
@@ -32,7 +34,9 @@ ALIASES = {"catch_worker_exception": "catch_worker_execption"}
 
 
 def _check_async_level(v):
-    if v not in (0, 1, 2):
+    # Checked before the int() conversion, so 1.5 or "1" are refused rather than truncated or
+    # parsed (MegEngine refuses them too, with a TypeError).
+    if isinstance(v, float) or not isinstance(v, (int, np.integer)) or v not in (0, 1, 2):
         raise ValueError("async_level should be 0, 1 or 2")
 
 
@@ -62,7 +66,9 @@ class Options:
         return self.values[_resolve(name)]
 
     def set(self, name, value):
+        """Validate and store; returns ``(canonical name, int value)``."""
         name = _resolve(name)
-        value = int(value)
         _CHECKS.get(name, lambda v: None)(value)
+        value = int(value)
         self.values[name] = value
+        return name, value
