@@ -97,7 +97,7 @@ def busy_worker():
     _GATES[key] = (entered, opened)
     try:
         g = apply(_Gate(key), big())[0]
-        ch.buffer.flush()
+        ch.flush()
         assert entered.wait(30)
         yield
     finally:

@@ -43,6 +43,7 @@ APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_
 __all__ = ["Channel", "get_channel", "UnusableTensorError", "AsyncError", "HOST_COMPUTE_SIZE"]
 
 _get_ident = threading.get_ident
+URGENT_SIZE = 1 << 14  # outputs of this many elements take long enough to run in parallel
 HOST_COMPUTE_SIZE = 7  # the seed's limit for values kept and computed on the host
 
 ASYNC_HINT = ("Hint: this is where it is reported, not where it happened. "
@@ -101,12 +102,26 @@ class Channel:
 
     def _init_worker_state(self):
         self.worker = Worker(self._process, self.cv)
-        self.buffer = CommandBuffer(self.worker.add_task, self.options.get("buffer_length"))
+        # At async_level 0 every op is waited for anyway: flushed commands then run right here on
+        # the caller's thread, which saves the two thread handoffs per op of a round trip.
+        self.inline = self.options.values["async_level"] == 0
+        self.buffer = CommandBuffer(self._sink, self.options.get("buffer_length"))
         self.errors = []      # worker errors not yet raised on the caller's thread
         self.waiting = False  # the caller waits on cv: the worker must notify
         # The worker's own copy of the options, changed by SetOption commands in queue order (the
         # seed's worker state): an option set now must not change how already queued ops run.
         self.worker_options = dict(self.options.values)
+
+    def _sink(self, cmd):
+        if self.inline:
+            self._process(cmd)
+        else:
+            self.worker.add_task(cmd)
+
+    def flush(self):
+        """Hand the buffered commands to the worker and wake it (no waiting)."""
+        self.buffer.flush()
+        self.worker.kick()
 
     # -- guards --------------------------------------------------------------------------------
     def _check(self, what):
@@ -125,7 +140,7 @@ class Channel:
         info = TensorInfo(value.shape, value.dtype, device)
         if value.size <= HOST_COMPUTE_SIZE:
             info.h_value = value
-        self._produce(info, value)
+        self._produce(info, value, not self.worker.idle)  # the caller's thread
         return info
 
     def del_(self, info):
@@ -140,7 +155,13 @@ class Channel:
         elif info.in_worker:
             self.buffer.enqueue(Command(DEL, dest=info))
         else:  # never seen by the worker: nothing queued can still read it
-            self._free(info)
+            v = info.value
+            if v is not None and info.users is None:  # the common case, inline
+                info.value = None
+                info.h_value = None
+                self.memory.release(v, not self.worker.idle)
+            else:
+                self._free(info)
 
     # -- computing -----------------------------------------------------------------------------
     def apply_op(self, op, inputs):
@@ -167,12 +188,18 @@ class Channel:
                     break
             if host:
                 return self._host_compute(op, cls, inputs, out_descs, device)
-        outputs = [TensorInfo(d[0], d[1], device) for d in out_descs]
+        outputs = []
+        size = 0
+        for d in out_descs:
+            outputs.append(TensorInfo(d[0], d[1], device))
+            size += URGENT_SIZE if d[0] is None else _size(d[0])
         for i in inputs:
             i.in_worker = True
         for o in outputs:
             o.in_worker = True
-        self.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
+        cmd = Command(APPLY, op, list(inputs), outputs)
+        cmd.urgent = size >= URGENT_SIZE  # a big kernel: start it now, beside the caller's Python
+        self.buffer.enqueue(cmd)
         level = self.options.values["async_level"]
         if level == 0:
             self._sync(original=True)
@@ -195,7 +222,8 @@ class Channel:
             value = _as_array(outs[k], dtype)
             info = TensorInfo(value.shape, dtype, device)
             info.h_value = value
-            self._produce(info, value)
+            info.value = value
+            self.memory.hold(device, value, not self.worker.idle)  # the caller's thread
             result.append(info)
         return result
 
@@ -225,7 +253,7 @@ class Channel:
         return info.device
 
     def _wait(self, info):
-        self.buffer.flush()
+        self.flush()
         with self.cv:
             self.waiting = True
             try:
@@ -243,6 +271,7 @@ class Channel:
                         # swapped out or dropped: the worker brings it back (cv is reentrant)
                         requested = True
                         self.buffer.enqueue(Command(GET_VALUE, dest=info))
+                        self.worker.kick()
                         continue
                     if self.worker.death is not None:
                         raise RuntimeError("the mge worker thread died") from self.worker.death
@@ -250,6 +279,7 @@ class Channel:
                         if info.value is None and info.error is None and info.evict_type == NONE:
                             raise RuntimeError("waiting for a tensor that nothing will produce")
                         continue
+                    self.worker.kick()
                     self.cv.wait()
             finally:
                 self.waiting = False
@@ -272,7 +302,7 @@ class Channel:
 
     def wait_idle(self):
         """Flush and wait for the worker to drain, without raising its errors."""
-        self.buffer.flush()
+        self.flush()
         with self.cv:
             self.waiting = True
             try:
@@ -320,6 +350,10 @@ class Channel:
         if self.options.get("buffer_length") != self.buffer.length:
             self.buffer.flush()
             self.buffer.length = self.options.get("buffer_length")
+        inline = self.options.values["async_level"] == 0
+        if inline != self.inline:
+            self.wait_idle()  # what the worker holds runs first, in order
+            self.inline = inline
 
     def get_option(self, name):
         return self.options.get(name)
@@ -480,10 +514,10 @@ class Channel:
                 return lambda: (fn(*values, out=buf),)
         return None
 
-    def _produce(self, info, value):
+    def _produce(self, info, value, locked=True):
         if info.shape is None:
             info.shape = value.shape
-        self.memory.hold(info.device, value)
+        self.memory.hold(info.device, value, locked)
         info.value = value
         info.evict_type = NONE
         if self.waiting:

@@ -42,12 +42,17 @@ class MemoryStats:
         self._current = {}
         self._peak = {}
 
-    def hold(self, device, arr):
-        """A tensor on ``device`` now holds ``arr``."""
+    def hold(self, device, arr, locked=True):
+        """A tensor on ``device`` now holds ``arr``.
+
+        ``locked=False`` is for the caller's thread while the worker sleeps: nobody else can touch
+        the table then, and the lock is a good part of the cost of a tiny op.
+        """
         owner = arr if arr.base is None else _owner(arr)
         key = id(owner)
         lock = self._lock
-        lock.acquire()
+        if locked:
+            lock.acquire()
         try:
             entry = self._buffers.get(key)
             if entry is not None:
@@ -61,13 +66,15 @@ class MemoryStats:
             if cur > self._peak.get(dev, 0):
                 self._peak[dev] = cur
         finally:
-            lock.release()
+            if locked:
+                lock.release()
 
-    def release(self, arr):
+    def release(self, arr, locked=True):
         """A tensor let go of ``arr``; returns the bytes freed (0 while others still hold it)."""
         key = id(arr if arr.base is None else _owner(arr))
         lock = self._lock
-        lock.acquire()
+        if locked:
+            lock.acquire()
         try:
             entry = self._buffers.get(key)
             if entry is None:
@@ -81,7 +88,8 @@ class MemoryStats:
             self._current[dev] -= n
             return n
         finally:
-            lock.release()
+            if locked:
+                lock.release()
 
     def holders(self, arr):
         """How many tensors hold the buffer of ``arr``."""
