@@ -14,7 +14,7 @@ import textwrap
 import pytest
 
 ROOT = pathlib.Path(__file__).resolve().parent.parent
-PAGES = ["README.md", "docs/index.rst", "docs/quickstart.rst", "docs/guides/plugins.rst"]
+PAGES = ["README.md", "docs/index.rst", "docs/quickstart.rst", "docs/guides/plugins.rst", "docs/guides/async.rst"]
 
 
 def _markdown_blocks(text):

@@ -320,8 +320,9 @@ def dot(inp1, inp2):
 def matinv(inp):
     """Inverse of a square matrix, or of each matrix of a batch ``(..., n, n)``.
 
-    MegEngine signature: ``matinv(inp)``.  Integer inputs give float32.  A singular matrix raises
-    ``ValueError`` when the value is computed.
+    MegEngine signature: ``matinv(inp)``.  Integer inputs give float32.  A singular matrix is a
+    ``ValueError`` from the kernel: raised by the call for tiny inputs or at ``async_level = 0``,
+    otherwise reported at the next sync point as ``AsyncError`` with the ``ValueError`` as cause.
     """
     return apply(_cached(MatInv), inp)[0]
 

@@ -43,6 +43,8 @@ APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_
 __all__ = ["Channel", "get_channel", "UnusableTensorError", "AsyncError", "HOST_COMPUTE_SIZE"]
 
 _get_ident = threading.get_ident
+_ndarray = np.ndarray
+_CPU_KERNELS = KERNELS["cpu"]
 URGENT_SIZE = 1 << 14  # outputs of this many elements take long enough to run in parallel
 HOST_COMPUTE_SIZE = 7  # the seed's limit for values kept and computed on the host
 
@@ -148,13 +150,7 @@ class Channel:
         if self.closed or info.deleted:
             return
         info.deleted = True
-        if _get_ident() == self.worker.tid:
-            # a finalizer run by the GC on the worker thread: the buffer is the caller's; the Del
-            # waits for the caller's next buffer operation (found by tests/test_async.py)
-            self.buffer.defer(Command(DEL, dest=info))
-        elif info.in_worker:
-            self.buffer.enqueue(Command(DEL, dest=info))
-        else:  # never seen by the worker: nothing queued can still read it
+        if not info.in_worker:  # never seen by the worker: nothing queued can still read it
             v = info.value
             if v is not None and info.users is None:  # the common case, inline
                 info.value = None
@@ -162,11 +158,18 @@ class Channel:
                 self.memory.release(v, not self.worker.idle)
             else:
                 self._free(info)
+        elif _get_ident() == self.worker.tid:
+            # a finalizer run by the GC on the worker thread: the buffer is the caller's; the Del
+            # waits for the caller's next buffer operation (found by tests/test_async.py)
+            self.buffer.defer(Command(DEL, dest=info))
+        else:
+            self.buffer.enqueue(Command(DEL, dest=info))
 
     # -- computing -----------------------------------------------------------------------------
     def apply_op(self, op, inputs):
         """Apply ``op`` to the input infos; returns the output infos at once."""
-        self._check("apply_op")
+        if self.closed or _get_ident() == self.worker.tid:
+            self._check("apply_op")
         descs = []
         host = self.options.values["enable_host_compute"]
         for i in inputs:
@@ -214,16 +217,22 @@ class Channel:
         # The seed's DEFAULT_CPU dispatch: tiny host values, computed now on this thread.
         kernel = HOST.get(cls)
         if kernel is None:
-            kernel = _kernel(op, cls, "cpu")
+            kernel = _CPU_KERNELS.get(cls)
+            if kernel is None:
+                kernel = _kernel(op, cls, "cpu")
         outs = kernel(op, *[i.h_value for i in inputs])
+        locked = not self.worker.idle
+        memory = self.memory
         result = []
         for k in range(len(out_descs)):
             dtype = out_descs[k][1]
-            value = _as_array(outs[k], dtype)
+            value = outs[k]
+            if type(value) is not _ndarray or value.dtype != dtype:
+                value = _as_array(value, dtype)
             info = TensorInfo(value.shape, dtype, device)
             info.h_value = value
             info.value = value
-            self.memory.hold(device, value, not self.worker.idle)  # the caller's thread
+            memory.hold(device, value, locked)
             result.append(info)
         return result
 
