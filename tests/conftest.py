@@ -15,3 +15,9 @@ def _seed():
 def pytest_report_header(config):
     from mge.core import compiled_modules
     return f"mge modules: {compiled_modules()}"
+
+
+import os as _os
+import sys as _sys
+
+_sys.path.insert(0, _os.path.dirname(__file__))  # tests/helpers.py

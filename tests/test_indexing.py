@@ -9,26 +9,7 @@ import mge
 from mge.core import AsyncError
 
 
-def arr(shape, dtype="float32", seed=0):
-    rng = np.random.default_rng(seed)
-    return (rng.standard_normal(shape) * 5).astype(dtype)
-
-
-def check(t, ref):
-    ref = np.asarray(ref)
-    v = t.numpy()
-    assert v.shape == ref.shape, (v.shape, ref.shape)
-    assert v.dtype == ref.dtype, (v.dtype, ref.dtype)
-    np.testing.assert_array_equal(v, ref)
-
-
-def raises_at_run(exc, match, fn):
-    with pytest.raises((exc, AsyncError)) as info:
-        fn()
-    e = info.value
-    if isinstance(e, AsyncError):
-        e = e.__cause__
-    assert isinstance(e, exc) and re.search(match, str(e)), repr(e)
+from helpers import arr, check, raises_at_run  # noqa: E402
 
 
 A = arr((4, 5, 6))
