@@ -205,7 +205,13 @@ class Channel:
         self.buffer.enqueue(cmd)
         level = self.options.values["async_level"]
         if level == 0:
-            self._sync(original=True)
+            if self.inline:  # the commands run right here when flushed: nothing to wait for
+                self.buffer.flush()
+                if self.errors:
+                    with self.cv:
+                        self._raise_errors(True)
+            else:
+                self._sync(original=True)
         elif level == 1:
             for d in out_descs:
                 if d[0] is None:
