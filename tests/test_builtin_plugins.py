@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-import mge
 import mge.core as core
 import mge.functional as F
 from mge import Tensor

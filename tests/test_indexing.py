@@ -1,12 +1,10 @@
 """``Tensor.__getitem__``/``__setitem__`` (``F.indexing``) against numpy."""
-import re
 
 import numpy as np
 import pytest
 from hypothesis import given, settings, strategies as st
 
 import mge
-from mge.core import AsyncError
 
 
 from helpers import arr, check, raises_at_run  # noqa: E402

@@ -1,5 +1,4 @@
 """Shape ops of ``mge.functional`` against numpy."""
-import re
 
 import numpy as np
 import pytest
@@ -7,7 +6,6 @@ from hypothesis import given, settings, strategies as st
 
 import mge
 import mge.functional as F
-from mge.core import AsyncError
 
 DTYPES = ["float32", "int32", "int8", "uint8", "bool", "float16"]
 

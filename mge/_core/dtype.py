@@ -88,10 +88,10 @@ def promote_args(tensor_dtypes, others):
     values.  Python numbers are weak: they do not widen a tensor's dtype, except that a float meets
     integers with float32.
     """
-    has_float = has_int = has_bool = False
+    has_float = has_int = False
     for v in others:
         if isinstance(v, bool):
-            has_bool = True
+            pass  # a bool number never changes the dtype of what it meets
         elif isinstance(v, int):
             has_int = True
         elif isinstance(v, float):

@@ -5,7 +5,7 @@ from . import _accel
 from .channel import get_channel
 from .device import as_device
 from .dtype import canonical, host_array
-from .ops.elemwise import Elemwise, TypeCvt
+from .ops.elemwise import TypeCvt, elemwise_op
 from .ops.misc import Copy, Detach
 
 _accel.guard(__name__)
@@ -16,14 +16,7 @@ F = None  # mge.functional, bound by mge/__init__.py (the functional layer impor
 
 __all__ = ["Tensor", "Parameter"]
 
-_E = {}
-
-
-def _mode(mode):
-    op = _E.get(mode)
-    if op is None:
-        op = _E[mode] = Elemwise(mode)
-    return op
+_mode = elemwise_op
 
 
 def _binary(mode, reflected=False):

@@ -5,7 +5,7 @@ numbers or numpy arrays; they broadcast as in numpy.  Mixed dtypes compute in th
 and functions that only make sense on floats (``div``, ``pow``, ``exp``, ``sqrt``, trigonometry...)
 give float32 for integer inputs, as in MegEngine.
 """
-from .._core.ops.elemwise import Elemwise
+from .._core.ops.elemwise import elemwise_op
 from ..core import apply
 
 __all__ = [
@@ -17,14 +17,7 @@ __all__ = [
     "tan", "tanh",
 ]
 
-_ops = {}
-
-
-def _op(mode):
-    op = _ops.get(mode)
-    if op is None:
-        op = _ops[mode] = Elemwise(mode)
-    return op
+_op = elemwise_op
 
 
 def _e(mode, *args):

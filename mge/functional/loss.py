@@ -5,7 +5,7 @@ per-sample loss).
 """
 import functools
 
-from .._core.ops import Elemwise, IndexingOneHot, LogSoftmax, Reduce
+from .._core.ops import IndexingOneHot, LogSoftmax, Reduce, elemwise_op
 from ..core import apply
 
 __all__ = ["l1_loss", "square_loss", "cross_entropy", "binary_cross_entropy", "hinge_loss",
@@ -28,7 +28,7 @@ def _reduced(fn):
 
 
 def _e(mode, *xs):
-    return apply(Elemwise(mode), *xs)[0]
+    return apply(elemwise_op(mode), *xs)[0]
 
 
 @_reduced

@@ -7,7 +7,7 @@ import math as _math
 
 import numpy as np
 
-from .._core.ops.elemwise import Elemwise, TypeCvt
+from .._core.ops.elemwise import TypeCvt, elemwise_op
 from .._core.ops.matmul import SVD, BatchedMatrixMul, Dot, MatInv, MatrixMul
 from .._core.ops.reduce import Argmax, Argmin, Argsort, CumSum, Reduce, TopK
 from ..tensor import Tensor
@@ -40,7 +40,7 @@ def _axis_key(axis):
 
 
 def _e(mode, *args):
-    return apply(_cached(Elemwise, mode), *args)[0]
+    return apply(elemwise_op(mode), *args)[0]
 
 
 def _reduce(mode, inp, axis, keepdims):

@@ -8,8 +8,8 @@ import numpy as np
 
 from .._core.ops import (
     AdaptivePooling, AddAxis, BatchNorm, Convolution, ConvolutionBackwardData, Detach, Dimshuffle,
-    Dropout, Elemwise, IndexingOneHot, LayerNorm, LogSoftmax, MatrixMul, OneHot, Pad, Pooling,
-    Reduce, RemoveAxis, Reshape, Softmax,
+    Dropout, IndexingOneHot, LayerNorm, LogSoftmax, MatrixMul, OneHot, Pad, Pooling,
+    Reduce, RemoveAxis, Reshape, Softmax, elemwise_op,
 )
 from ..tensor import Tensor
 from ..core import apply
@@ -447,8 +447,8 @@ def logsumexp(inp, axis, keepdims=False):
     """
     axis = _axis_arg(axis)
     m = apply(Reduce("max", axis, True), apply(Detach(), inp)[0])[0]
-    e = apply(Elemwise("exp"), inp - m)[0]
-    out = apply(Elemwise("log"), apply(Reduce("sum", axis, True), e)[0])[0] + m
+    e = apply(elemwise_op("exp"), inp - m)[0]
+    out = apply(elemwise_op("log"), apply(Reduce("sum", axis, True), e)[0])[0] + m
     if keepdims:
         return out
     axes = axis if isinstance(axis, tuple) else (axis,)
@@ -459,7 +459,7 @@ def logsumexp(inp, axis, keepdims=False):
 # -- activations ---------------------------------------------------------------------------------
 
 def _act(mode, doc):
-    op = Elemwise(mode)
+    op = elemwise_op(mode)
 
     def fn(x):
         return apply(op, x)[0]
@@ -501,7 +501,7 @@ def prelu(x, y):
 
     ``prelu(x, y)``.
     """
-    return apply(Elemwise("max"), x, 0)[0] + apply(Elemwise("min"), x, 0)[0] * y
+    return apply(elemwise_op("max"), x, 0)[0] + apply(elemwise_op("min"), x, 0)[0] * y
 
 
 def leaky_relu(inp, negative_slope=0.01):

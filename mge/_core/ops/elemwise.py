@@ -8,7 +8,7 @@ import numpy as np
 
 from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
 
-__all__ = ["Elemwise", "TypeCvt", "ELEMWISE_MODES", "broadcast_shapes"]
+__all__ = ["Elemwise", "TypeCvt", "ELEMWISE_MODES", "broadcast_shapes", "elemwise_op"]
 
 
 class Elemwise(OpDef):
@@ -22,6 +22,18 @@ class Elemwise(OpDef):
             raise ValueError(f"Elemwise: unknown mode {mode!r}")
         super().__init__(mode)
         self.__dict__["fn"] = _CPU[mode]  # the CPU kernel, found once
+
+
+_instances = {}
+
+
+def elemwise_op(mode):
+    """The shared ``Elemwise(mode)``: ops are immutable, so one instance per mode serves everyone
+    (and keeps the per-op caches keyed by op small)."""
+    op = _instances.get(mode)
+    if op is None:
+        op = _instances[mode] = Elemwise(mode)
+    return op
 
 
 class TypeCvt(OpDef):
