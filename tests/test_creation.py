@@ -5,14 +5,7 @@ from hypothesis import given, settings, strategies as st
 
 import mge
 import mge.functional as F
-
-
-def check(t, ref):
-    ref = np.asarray(ref)
-    v = t.numpy()
-    assert v.shape == ref.shape, (v.shape, ref.shape)
-    assert v.dtype == ref.dtype, (v.dtype, ref.dtype)
-    np.testing.assert_array_equal(v, ref)
+from helpers import check
 
 
 def test_zeros_ones_defaults():

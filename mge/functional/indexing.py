@@ -108,13 +108,7 @@ def getitem(x, index):
         cls, args = IndexingMultiAxisVec, (x, *arrays)
     else:
         cls, args = Subtensor, (x,)
-    key = (cls, items)
-    op = _get_ops.get(key)
-    if op is None:
-        op = _get_ops[key] = cls(items)
-        if len(_get_ops) > 4096:
-            _get_ops.clear()
-    return apply(op, *args)[0]
+    return apply(_op(_get_ops, cls, items), *args)[0]
 
 
 def setitem(x, index, value):
@@ -136,11 +130,16 @@ def setitem(x, index, value):
         cls, args = IndexingSetMultiAxisVec, (x, value, *arrays)
     else:
         cls, args = SetSubtensor, (x, value)
+    return apply(_op(_set_ops, cls, items), *args)[0]
+
+
+def _op(cache, cls, items):
+    # Parsed index descriptions repeat (x[0], x[:, 1:3] in loops): one op instance each.
     key = (cls, items)
-    op = _set_ops.get(key)
+    op = cache.get(key)
     if op is None:
-        op = _set_ops[key] = cls(items)
-        if len(_set_ops) > 4096:
-            _set_ops.clear()
-    return apply(op, *args)[0]
+        if len(cache) > 4096:
+            cache.clear()
+        op = cache[key] = cls(items)
+    return op
 

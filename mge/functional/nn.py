@@ -583,10 +583,7 @@ def pixel_shuffle(inp, upscale_factor):
     return _reshape(x, lead + (c // (r * r), h * r, w * r))
 
 
-try:  # MegEngine's F.nn re-exports normalize from F.math
-    from .math import normalize  # noqa: F401
-except ImportError:  # the math module does not have it (yet)
-    normalize = _not_implemented("normalize", "is not available: mge.functional.math has no normalize")
+from .math import normalize  # noqa: F401,E402  (MegEngine's F.nn re-exports it from F.math)
 
 deformable_conv2d = _not_implemented("deformable_conv2d")
 deformable_psroi_pooling = _not_implemented("deformable_psroi_pooling")
