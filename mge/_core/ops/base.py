@@ -8,7 +8,13 @@ of an op are kept in tables keyed by the op's class, as JAX keys rules by primit
   may be ``None`` (unknown until the kernel runs, e.g. ``CondTake``).  Raises ``ValueError`` or
   ``TypeError`` naming the op and the offending shapes/dtypes when the inputs are invalid.
 * ``KERNELS[device_kind][cls](op, *arrays) -> tuple of arrays`` -- the computation.
-* ``BACKWARD[cls]`` -- the backward rule (filled by the autodiff issue).
+* ``BACKWARD[cls](op, inputs, outputs, grads, needs) -> [grad or None per input]`` -- the
+  backward rule (vector-Jacobian product).  ``inputs``/``outputs`` are the forward tensors,
+  ``grads`` one tensor or ``None`` (zero) per output, ``needs`` one bool per input saying whether
+  its gradient is wanted (a rule may skip work for the others).  Each returned gradient has its
+  input's shape, or is ``None`` (zero / not differentiable).  Rules compute with ``apply`` and
+  ``mge.functional``, so they walk the transformation stack: a grad key recording above the one
+  running backward sees them, which gives higher-order gradients.
 * ``HOST[cls]`` -- optional host-compute rule for tiny values (defaults to the CPU kernel).
 
 Adding an op is one class plus its rules, in one file of ``mge/_core/ops``.
@@ -157,7 +163,10 @@ def def_kernel(cls, device="cpu"):
 
 
 def def_backward(cls):
-    """Decorator: register the backward rule of ``cls`` (used by the grad transformation)."""
+    """Decorator: register ``fn(op, inputs, outputs, grads, needs)`` as ``cls``'s backward rule.
+
+    See the module docstring for the contract; the grad transformation calls it.
+    """
     def deco(fn):
         BACKWARD[cls] = fn
         return fn
