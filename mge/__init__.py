@@ -16,7 +16,10 @@ from . import functional  # noqa: E402
 
 _tensor_mod.F = functional
 
-from . import amp, config, core, device, random  # noqa: E402,F401
+from . import amp, autodiff, config, core, device, random  # noqa: E402,F401
+from . import module  # noqa: E402,F401
+from . import optimizer  # noqa: E402,F401
+from .serialization import load, save  # noqa: E402
 from ._core.plugins import load_plugins as _load_plugins  # noqa: E402
 
 _load_plugins()
@@ -34,5 +37,5 @@ def _sync():
     get_channel().sync()
 
 
-__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "config", "core",
-           "device", "get_default_device", "set_default_device", "__version__"]
+__all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "autodiff", "config", "core",
+           "device", "module", "optimizer", "save", "load", "get_default_device", "set_default_device", "__version__"]

@@ -1,14 +1,15 @@
 """Creation ops: tensors made from parameters alone (``Fill``, ``Arange``, ``Linspace``, ``Eye``).
 
-They have no tensor inputs, so the output device is the op's ``device`` (``sets_device``).  Values
-are computed in float64 on the host and converted to ``dtype`` once, so ``float32`` results are the
-correctly rounded float64 values.
+They have no tensor inputs, so the output device is the op's ``device`` (``sets_device``), and
+nothing to differentiate: their backward rules return no gradients (a created tensor is a
+constant).  Values are computed in float64 on the host and converted to ``dtype`` once, so
+``float32`` results are the correctly rounded float64 values.
 """
 import math
 
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
 
 __all__ = ["Fill", "Arange", "Linspace", "Eye"]
 
@@ -105,3 +106,13 @@ def _infer_eye(op, descs):
 @def_kernel(Eye)
 def _cpu_eye(op):
     return (np.eye(op.N, op.M, op.k, dtype=op.dtype),)
+
+
+def _no_gradients(op, inputs, outputs, grads, needs):
+    # No tensor inputs, so no gradients: the list has one entry per input, i.e. none.
+    return [None] * len(inputs)
+
+
+for _cls in (Fill, Arange, Linspace, Eye):
+    def_backward(_cls)(_no_gradients)
+del _cls

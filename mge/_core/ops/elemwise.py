@@ -3,10 +3,19 @@
 Every mode's CPU kernel is one line in ``_CPU``.  The output dtype of a mode for given input dtypes
 is found once by running the kernel on one-element arrays and cached, so the shape/dtype rule and
 the kernel can never disagree.
+
+Backward rules are one table, ``_GRADS``: mode -> one function per input, each taking the inputs,
+the output and the output's gradient.  Modes that are not differentiable (comparisons, logic,
+integer and rounding modes) have no entry and give no gradient.  As in MegEngine, a rule uses a
+fused ``*_grad`` mode where one exists (``switch_gt0`` for relu, ``sigmoid_grad``...) so that a
+gradient costs one op; every fused mode has its own rule, so gradients of gradients work.
 """
+import math
+
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .gradutil import cached_op, ew, fit, output, run
 
 __all__ = ["Elemwise", "TypeCvt", "ELEMWISE_MODES", "broadcast_shapes", "elemwise_op"]
 
@@ -97,6 +106,64 @@ def _softplus(x):
     return np.logaddexp(x, 0).astype(x.dtype, copy=False)
 
 
+# -- fused backward modes (MegEngine's ``*_GRAD`` modes): ``(x or y, dy) -> dx`` in one pass -------
+
+def _like(r, dy):
+    return r.astype(dy.dtype, copy=False)
+
+
+def _abs_grad(x, dy):
+    # MegEngine's ABS_GRAD: x > 0 ? dy : -dy (so 0 counts as negative).
+    return _like(np.where(x > 0, dy, -dy), dy)
+
+
+def _sigmoid_grad(y, dy):  # y = sigmoid(x)
+    return y * (1 - y) * dy
+
+
+def _tanh_grad(y, dy):  # y = tanh(x)
+    return (1 - y * y) * dy
+
+
+def _relu6_grad(x, dy):
+    return _like(np.where((x > 0) & (x < 6), dy, 0), dy)
+
+
+def _hsigmoid_grad(x, dy):
+    return _like(np.where((x > -3) & (x < 3), dy / 6, 0), dy)
+
+
+def _hswish_grad(x, dy):
+    return _like(np.where(x < -3, 0, np.where(x > 3, dy, (2 * x + 3) / 6 * dy)), dy)
+
+
+def _softplus_grad(x, dy):
+    return _sigmoid(x) * dy
+
+
+def _gelu_grad(x, dy):
+    from math import pi, sqrt
+    cdf = (1 + _erf(x / sqrt(2.0))) * 0.5
+    return (cdf + x * np.exp(x * x * -0.5) * (1 / sqrt(2 * pi))) * dy
+
+
+def _silu_grad(x, dy):
+    s = _sigmoid(x)
+    return s * (1 + x * (1 - s)) * dy
+
+
+def _asinh_grad(x, dy):
+    return dy / np.sqrt(x * x + 1)
+
+
+def _acosh_grad(x, dy):
+    return dy / np.sqrt(x * x - 1)
+
+
+def _atanh_grad(x, dy):
+    return dy / (1 - x * x)
+
+
 _CPU = {
     # arithmetic
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "true_div": np.true_divide,
@@ -130,6 +197,12 @@ _CPU = {
     "fuse_add_relu": lambda a, b: np.maximum(a + b, 0),
     "switch_gt0": lambda x, dy: np.where(x > 0, dy, 0).astype(dy.dtype, copy=False),
     "cond_leq_mov": lambda a, b, c: np.where(a <= b, c, 0).astype(c.dtype, copy=False),
+    "cond_lt_mov": lambda a, b, c: np.where(a < b, c, 0).astype(c.dtype, copy=False),
+    # fused backward modes: the first input is the forward input x (or output y), the second dy
+    "abs_grad": _abs_grad, "sigmoid_grad": _sigmoid_grad, "tanh_grad": _tanh_grad,
+    "relu6_grad": _relu6_grad, "hsigmoid_grad": _hsigmoid_grad, "hswish_grad": _hswish_grad,
+    "softplus_grad": _softplus_grad, "gelu_grad": _gelu_grad, "silu_grad": _silu_grad,
+    "asinh_grad": _asinh_grad, "acosh_grad": _acosh_grad, "atanh_grad": _atanh_grad,
 }
 ELEMWISE_MODES = frozenset(_CPU)
 _ARITY = {m: f.nin if isinstance(f, np.ufunc) else f.__code__.co_argcount for m, f in _CPU.items()}
@@ -140,7 +213,10 @@ _BOOL_OK = frozenset(["and", "or", "xor", "not", "eq", "neq", "lt", "leq", "gt",
 _FLOAT_ONLY = frozenset(["exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin", "cos", "tan", "asin",
                          "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh",
                          "sigmoid", "hsigmoid", "hswish", "gelu", "silu", "softplus", "logsigmoid",
-                         "erf", "logaddexp", "true_div", "pow"])
+                         "erf", "logaddexp", "true_div", "pow", "abs_grad", "sigmoid_grad",
+                         "tanh_grad", "relu6_grad", "hsigmoid_grad", "hswish_grad",
+                         "softplus_grad", "gelu_grad", "silu_grad", "asinh_grad", "acosh_grad",
+                         "atanh_grad"])
 _INT_ONLY = frozenset(["shl", "shr", "bit_and", "bit_or", "bit_xor", "bit_not"])
 
 _dtype_cache = {}
@@ -229,3 +305,184 @@ def _infer_typecvt(op, descs):
 @def_kernel(TypeCvt)
 def _cpu_typecvt(op, x):
     return (x.astype(op.dtype),)
+
+
+# -- backward rules ------------------------------------------------------------------------------
+# mode -> (one rule per input); a rule takes (*inputs, y, g) -- the forward inputs, the output and
+# its gradient -- and returns the gradient for its input before broadcasting is summed away.
+# Rules use the output y where it is cheaper (exp, sqrt, tanh...), as MegEngine does.
+_C_ERF = 2 / math.sqrt(math.pi)          # d erf(x) / dx = 2/sqrt(pi) exp(-x^2)
+_C_GAUSS = 1 / math.sqrt(2 * math.pi)    # the standard normal density at 0
+
+
+def _clip_x(x, lo, hi, y, g):
+    # The gradient passes where lo <= x <= hi (MegEngine: the bounds themselves included).
+    return ew("cond_leq_mov", lo, x, ew("cond_leq_mov", x, hi, g))
+
+
+def _clip_hi(x, lo, hi, y, g):
+    # hi is the result where x > hi and not x < lo (lo wins when lo > hi).
+    return ew("cond_lt_mov", hi, x, ew("cond_leq_mov", lo, x, g))
+
+
+def _pow_base(a, b, y, g):
+    return ew("mul", g, ew("mul", b, ew("pow", a, ew("sub", b, 1.0))))
+
+
+def _asin(x, y, g):
+    return ew("mul", g, ew("rsqrt", ew("sub", 1.0, ew("square", x))))
+
+
+def _silu_grad_x(x, dy, y, g):
+    # d/dx [s (1 + x (1 - s))] = s (1 - s) (2 + x (1 - 2 s)), s = sigmoid(x)
+    s = ew("sigmoid", x)
+    return ew("sigmoid_grad", s, ew("mul", ew("mul", dy, g),
+                                    ew("add", ew("mul", x, ew("sub", 1.0, ew("add", s, s))), 2.0)))
+
+
+def _gelu_grad_x(x, dy, y, g):
+    # d/dx [Phi(x) + x phi(x)] = phi(x) (2 - x^2)
+    x2 = ew("square", x)
+    pdf = ew("mul", ew("exp", ew("mul", x2, -0.5)), _C_GAUSS)
+    return ew("mul", ew("mul", dy, g), ew("mul", pdf, ew("sub", 2.0, x2)))
+
+
+def _asinh_grad_x(x, dy, y, g, sign=1.0):
+    # d/dx [dy (x^2 +- 1)^(-1/2)] = -x dy (x^2 +- 1)^(-3/2)
+    r = ew("rsqrt", ew("add", ew("square", x), sign))
+    return ew("mul", ew("mul", ew("neg", x), ew("mul", dy, g)), ew("mul", r, ew("square", r)))
+
+
+def _mod_divisor(a, b, y, g):
+    # fmod(a, b) = a - trunc(a / b) b, and trunc(a / b) = (a - y) / b (rounded: it is an integer)
+    return ew("mul", g, ew("neg", ew("round", ew("true_div", ew("sub", a, y), b))))
+
+
+def _atan2(a, b, y, g, which):
+    # atan2(a, b) = atan(a / b): d/da = b / (a^2 + b^2), d/db = -a / (a^2 + b^2)
+    num = ew("mul", g, b) if which == 0 else ew("mul", g, ew("neg", a))
+    return ew("true_div", num, ew("add", ew("square", a), ew("square", b)))
+
+
+def _max_a(a, b, y, g):
+    return ew("cond_leq_mov", b, a, g)   # ties go to the first input, as in MegEngine
+
+
+def _min_a(a, b, y, g):
+    return ew("cond_leq_mov", a, b, g)
+
+
+_GRADS = {
+    # arithmetic
+    "add": (lambda a, b, y, g: g, lambda a, b, y, g: g),
+    "sub": (lambda a, b, y, g: g, lambda a, b, y, g: ew("neg", g)),
+    "mul": (lambda a, b, y, g: ew("mul", g, b), lambda a, b, y, g: ew("mul", g, a)),
+    "true_div": (lambda a, b, y, g: ew("true_div", g, b),
+                 lambda a, b, y, g: ew("neg", ew("true_div", ew("mul", g, y), b))),
+    "pow": (_pow_base, lambda a, b, y, g: ew("mul", g, ew("mul", y, ew("log", a)))),
+    "mod": (lambda a, b, y, g: g, _mod_divisor),
+    "max": (_max_a, lambda a, b, y, g: ew("cond_lt_mov", a, b, g)),
+    "min": (_min_a, lambda a, b, y, g: ew("cond_lt_mov", b, a, g)),
+    "neg": (lambda x, y, g: ew("neg", g),),
+    "abs": (lambda x, y, g: ew("abs_grad", x, g),),
+    "square": (lambda x, y, g: ew("mul", ew("add", x, x), g),),
+    "clip": (_clip_x, lambda x, lo, hi, y, g: ew("cond_lt_mov", x, lo, g), _clip_hi),
+    # exp / log family
+    "exp": (lambda x, y, g: ew("mul", g, y),),
+    "expm1": (lambda x, y, g: ew("mul", g, ew("add", y, 1.0)),),
+    "log": (lambda x, y, g: ew("true_div", g, x),),
+    "log1p": (lambda x, y, g: ew("true_div", g, ew("add", x, 1.0)),),
+    "sqrt": (lambda x, y, g: ew("true_div", g, ew("add", y, y)),),
+    "rsqrt": (lambda x, y, g: ew("true_div", ew("mul", g, y), ew("mul", x, -2.0)),),
+    "logaddexp": (lambda a, b, y, g: ew("mul", g, ew("exp", ew("sub", a, y))),
+                  lambda a, b, y, g: ew("mul", g, ew("exp", ew("sub", b, y)))),
+    # trig and hyperbolic
+    "sin": (lambda x, y, g: ew("mul", g, ew("cos", x)),),
+    "cos": (lambda x, y, g: ew("neg", ew("mul", g, ew("sin", x))),),
+    "tan": (lambda x, y, g: ew("mul", g, ew("add", ew("square", y), 1.0)),),
+    "asin": (_asin,),
+    "acos": (lambda x, y, g: ew("neg", _asin(x, y, g)),),
+    "atan": (lambda x, y, g: ew("true_div", g, ew("add", ew("square", x), 1.0)),),
+    "atan2": (lambda a, b, y, g: _atan2(a, b, y, g, 0), lambda a, b, y, g: _atan2(a, b, y, g, 1)),
+    "sinh": (lambda x, y, g: ew("mul", g, ew("cosh", x)),),
+    "cosh": (lambda x, y, g: ew("mul", g, ew("sinh", x)),),
+    "tanh": (lambda x, y, g: ew("tanh_grad", y, g),),
+    "asinh": (lambda x, y, g: ew("asinh_grad", x, g),),
+    "acosh": (lambda x, y, g: ew("acosh_grad", x, g),),
+    "atanh": (lambda x, y, g: ew("atanh_grad", x, g),),
+    # activations
+    "relu": (lambda x, y, g: ew("switch_gt0", x, g),),
+    "relu6": (lambda x, y, g: ew("relu6_grad", x, g),),
+    "sigmoid": (lambda x, y, g: ew("sigmoid_grad", y, g),),
+    "hsigmoid": (lambda x, y, g: ew("hsigmoid_grad", x, g),),
+    "hswish": (lambda x, y, g: ew("hswish_grad", x, g),),
+    "gelu": (lambda x, y, g: ew("gelu_grad", x, g),),
+    "silu": (lambda x, y, g: ew("silu_grad", x, g),),
+    "softplus": (lambda x, y, g: ew("softplus_grad", x, g),),
+    "logsigmoid": (lambda x, y, g: ew("softplus_grad", ew("neg", x), g),),
+    "erf": (lambda x, y, g: ew("mul", ew("mul", g, _C_ERF),
+                               ew("exp", ew("neg", ew("square", x)))),),
+    # fused forms
+    "fuse_add_relu": (lambda a, b, y, g: ew("switch_gt0", y, g),
+                      lambda a, b, y, g: ew("switch_gt0", y, g)),
+    "switch_gt0": (None, lambda x, dy, y, g: ew("switch_gt0", x, g)),
+    "cond_leq_mov": (None, None, lambda a, b, c, y, g: ew("cond_leq_mov", a, b, g)),
+    "cond_lt_mov": (None, None, lambda a, b, c, y, g: ew("cond_lt_mov", a, b, g)),
+    # fused backward modes: their own gradients, for second-order derivatives
+    "abs_grad": (None, lambda x, dy, y, g: ew("abs_grad", x, g)),
+    "sigmoid_grad": (lambda s, dy, y, g: ew("mul", ew("mul", dy, g),
+                                            ew("sub", 1.0, ew("add", s, s))),
+                     lambda s, dy, y, g: ew("sigmoid_grad", s, g)),
+    "tanh_grad": (lambda t, dy, y, g: ew("mul", ew("mul", dy, g), ew("mul", t, -2.0)),
+                  lambda t, dy, y, g: ew("tanh_grad", t, g)),
+    "relu6_grad": (None, lambda x, dy, y, g: ew("relu6_grad", x, g)),
+    "hsigmoid_grad": (None, lambda x, dy, y, g: ew("hsigmoid_grad", x, g)),
+    "hswish_grad": (lambda x, dy, y, g: ew("hsigmoid_grad", x, ew("mul", ew("add", dy, dy), g)),
+                    lambda x, dy, y, g: ew("hswish_grad", x, g)),
+    "softplus_grad": (lambda x, dy, y, g: ew("sigmoid_grad", ew("sigmoid", x), ew("mul", dy, g)),
+                      lambda x, dy, y, g: ew("softplus_grad", x, g)),
+    "gelu_grad": (_gelu_grad_x, lambda x, dy, y, g: ew("gelu_grad", x, g)),
+    "silu_grad": (_silu_grad_x, lambda x, dy, y, g: ew("silu_grad", x, g)),
+    "asinh_grad": (_asinh_grad_x, lambda x, dy, y, g: ew("asinh_grad", x, g)),
+    "acosh_grad": (lambda x, dy, y, g: _asinh_grad_x(x, dy, y, g, -1.0),
+                   lambda x, dy, y, g: ew("acosh_grad", x, g)),
+    "atanh_grad": (lambda x, dy, y, g: ew("mul", ew("mul", ew("add", x, x), ew("mul", dy, g)),
+                                          ew("square", ew("atanh_grad", x, 1.0))),
+                   lambda x, dy, y, g: ew("atanh_grad", x, g)),
+}
+GRAD_MODES = frozenset(_GRADS)
+# mode -> the inputs whose rule reads the output y (recomputed if the caller dropped it)
+_READS_Y = {"true_div": (1,), "pow": (1,), "mod": (1,), "exp": (0,), "expm1": (0,), "sqrt": (0,),
+            "rsqrt": (0,), "logaddexp": (0, 1), "tan": (0,), "tanh": (0,), "sigmoid": (0,),
+            "fuse_add_relu": (0, 1)}
+
+
+@def_backward(Elemwise)
+def _elemwise_backward(op, inputs, outputs, grads, needs):
+    g = grads[0]
+    rules = _GRADS.get(op.mode)
+    if g is None or rules is None:
+        return [None] * len(inputs)
+    y = outputs[0]
+    if y is None and any(needs[i] for i in _READS_Y.get(op.mode, ())):
+        y = output(op, inputs, outputs)
+    out = []
+    for i, x in enumerate(inputs):
+        rule = rules[i]
+        if rule is None or not needs[i] or x.dtype.kind != "f":
+            out.append(None)
+        else:
+            out.append(fit(rule(*inputs, y, g), x))
+    return out
+
+
+@def_backward(TypeCvt)
+def _typecvt_backward(op, inputs, outputs, grads, needs):
+    # A cast between float types passes the gradient back in the input's dtype; to or from an
+    # integer or bool type there is no gradient.
+    x, g = inputs[0], grads[0]
+    if g is None or not needs[0] or x.dtype.kind != "f" or op.dtype.kind != "f":
+        return [None]
+    if g.dtype == x.dtype:
+        return [g]
+    return [run(cached_op(TypeCvt, x.dtype), g)]

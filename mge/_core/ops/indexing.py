@@ -9,16 +9,24 @@ An index is described by ``items``, a tuple with one entry per index element:
 * ``("mask",)`` -- a boolean mask, the next tensor input (the output shape then depends on values).
 
 ``Subtensor``/``SetSubtensor`` take only the first four kinds (basic indexing);
-``IndexingMultiAxisVec``/``IndexingSetMultiAxisVec`` take all of them; their tensor inputs are
-``(x, *index_arrays)`` and ``(x, value, *index_arrays)``.  Setters return a new array: storage is
-never written in place.  With repeated indices the last write wins, as in numpy.
+``IndexingMultiAxisVec``/``IndexingSetMultiAxisVec``/``IndexingIncrMultiAxisVec`` take all of
+them; their tensor inputs are ``(x, *index_arrays)`` and ``(x, value, *index_arrays)``.  Setters
+return a new array: storage is never written in place.  With repeated indices the last write wins,
+as in numpy; ``IndexingIncrMultiAxisVec`` adds every repeat (``np.add.at``), which makes it the
+backward of advanced indexing.
+
+Backward rules are at the end of the file.  As in MegEngine (and torch's ``index_put``), the value
+of a setter with repeated indices gets the gradient of its position once per repeat, although only
+one write survived.
 """
 import numpy as np
 
+from . import gradutil as gu
 from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .shape import grad_like, grad_rule, sum_to_value, zeros
 
 __all__ = ["Subtensor", "SetSubtensor", "IndexingMultiAxisVec", "IndexingSetMultiAxisVec",
-           "numpy_index"]
+           "IndexingIncrMultiAxisVec", "numpy_index"]
 
 _intp = np.dtype(np.intp)
 
@@ -43,6 +51,13 @@ class IndexingMultiAxisVec(OpDef):
 
 class IndexingSetMultiAxisVec(OpDef):
     """``(x, value, *arrays) ->`` a copy of ``x`` with ``value`` written at ``x[items]``."""
+
+    _fields = ("items",)
+
+
+class IndexingIncrMultiAxisVec(OpDef):
+    """``(x, value, *arrays) ->`` a copy of ``x`` with ``value`` added at ``x[items]``; repeated
+    indices add up (``np.add.at``)."""
 
     _fields = ("items",)
 
@@ -196,6 +211,7 @@ def _infer_setsubtensor(op, descs):
 
 
 @def_infer(IndexingSetMultiAxisVec)
+@def_infer(IndexingIncrMultiAxisVec)
 def _infer_setmulti(op, descs):
     n = sum(1 for i in op.items if i[0] in ("arr", "mask"))
     if len(descs) != n + 2:
@@ -225,3 +241,86 @@ def _cpu_setsubtensor(op, x, value):
 @def_kernel(IndexingSetMultiAxisVec)
 def _cpu_setmulti(op, x, value, *arrays):
     return _assign(op, x, value, arrays)
+
+
+def _strip_leading_ones(value, ndim):
+    # numpy drops leading size-1 axes of an assigned value; np.add.at does not, so drop them here.
+    while value.ndim > ndim and value.shape[0] == 1:
+        value = value[0]
+    return value
+
+
+@def_kernel(IndexingIncrMultiAxisVec)
+def _cpu_incrmulti(op, x, value, *arrays):
+    out = x.copy()
+
+    def add(idx):
+        region = _dummy(x.shape)[idx].ndim  # the indexed region's rank, without copying x
+        try:
+            np.add.at(out, idx, _strip_leading_ones(value, region).astype(x.dtype, copy=False))
+        except ValueError as e:
+            raise ValueError(f"{op.name}: {e} (indexed shape {x.shape}, value shape "
+                             f"{value.shape})") from None
+    _run(op, x, arrays, add)
+    return (out,)
+
+
+# -- backward rules -------------------------------------------------------------------------------
+# ``zeros``, ``grad_like``, ``sum_to_value`` and ``grad_rule`` are shape.py's; see there.  A
+# 0-d zero written into a region clears it (the value broadcasts).
+
+
+@grad_rule(Subtensor)
+def _grad_subtensor(op, inputs, outputs, grads, needs):
+    x = inputs[0]
+    g = grads[0]
+    return [grad_like(gu.run(gu.cached_op(SetSubtensor, op.items), zeros(x.shape, g), g), x)]
+
+
+@grad_rule(SetSubtensor)
+def _grad_setsubtensor(op, inputs, outputs, grads, needs):
+    # x keeps the gradient outside the region it lost; the value gets the region's gradient.
+    x, value = inputs
+    g = grads[0]
+    gx = gv = None
+    if needs[0]:
+        gx = grad_like(gu.run(gu.cached_op(SetSubtensor, op.items), g, zeros((), g)), x)
+    if needs[1]:
+        region = gu.run(gu.cached_op(Subtensor, op.items), g)
+        gv = grad_like(sum_to_value(region, value.shape), value)
+    return [gx, gv]
+
+
+@grad_rule(IndexingMultiAxisVec)
+def _grad_multi(op, inputs, outputs, grads, needs):
+    # Repeated indices picked one element several times: its gradient is the sum (np.add.at).
+    x, arrays = inputs[0], inputs[1:]
+    g = grads[0]
+    gx = gu.run(gu.cached_op(IndexingIncrMultiAxisVec, op.items), zeros(x.shape, g), g, *arrays)
+    return [grad_like(gx, x)] + [None] * len(arrays)
+
+
+def _grad_value(op, g, value, arrays):
+    region = gu.run(gu.cached_op(IndexingMultiAxisVec, op.items), g, *arrays)
+    return grad_like(sum_to_value(region, value.shape), value)
+
+
+@grad_rule(IndexingSetMultiAxisVec)
+def _grad_setmulti(op, inputs, outputs, grads, needs):
+    x, value, arrays = inputs[0], inputs[1], inputs[2:]
+    g = grads[0]
+    gx = gv = None
+    if needs[0]:
+        gx = grad_like(gu.run(op, g, zeros((), g), *arrays), x)
+    if needs[1]:
+        gv = _grad_value(op, g, value, arrays)
+    return [gx, gv] + [None] * len(arrays)
+
+
+@grad_rule(IndexingIncrMultiAxisVec)
+def _grad_incrmulti(op, inputs, outputs, grads, needs):
+    x, value, arrays = inputs[0], inputs[1], inputs[2:]
+    g = grads[0]
+    gx = grad_like(g, x) if needs[0] else None
+    gv = _grad_value(op, g, value, arrays) if needs[1] else None
+    return [gx, gv] + [None] * len(arrays)

@@ -1,5 +1,6 @@
 """Ops that move or relabel values: ``Detach`` (cut from autodiff), ``Copy`` (to a device)."""
-from .base import OpDef, TensorDesc, def_infer, def_kernel
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel
+from .gradutil import cached_op, run
 
 __all__ = ["Detach", "Copy", "Identity"]
 
@@ -37,3 +38,27 @@ def _cpu_identity(op, x):
 def _cpu_copy(op, x):
     # The channel of the target device takes a host array; between CPU devices that is x itself.
     return (x,)
+
+
+# -- backward rules ------------------------------------------------------------------------------
+
+@def_backward(Identity)
+def _identity_backward(op, inputs, outputs, grads, needs):
+    return [grads[0] if needs[0] else None]
+
+
+@def_backward(Detach)
+def _detach_backward(op, inputs, outputs, grads, needs):
+    return [None]  # the point of Detach: nothing flows back through it
+
+
+@def_backward(Copy)
+def _copy_backward(op, inputs, outputs, grads, needs):
+    # The gradient goes back to the device the value came from.
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    device = inputs[0].device
+    if g.device == device:
+        return [g]
+    return [run(cached_op(Copy, device), g)]

@@ -10,10 +10,23 @@
   drawn from ``numpy.random.default_rng(seed)`` (deterministic for a given seed).
 * ``Pad(pad_width, mode, constant_value)``: ``pad_width`` pairs for the leading axes; modes
   ``"constant"``, ``"reflect"``, ``"replicate"`` (``"edge"``).
+
+Backward ops (each the transpose of a linear map, so each one's own rule is the forward map again,
+which makes every rule here twice differentiable):
+
+* ``IndexingSetOneHot(axis)``: ``(src, index, value)`` -> ``src`` with ``value`` written at
+  ``index`` along ``axis`` (MegEngine's op; the gradient of ``IndexingOneHot``).
+* ``DropoutBackward(drop_prob)``: ``(dy, mask)`` -> ``dy * mask / (1 - drop_prob)``, the forward
+  op's own mask output, so the gradient drops exactly the elements the forward pass dropped.
+* ``PadBackward(pad_width, mode)``: folds the gradient of the padded border back onto the
+  elements it was copied from (``constant``: a crop).
 """
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .creation import Fill
+from .gradutil import cached_op, ew, output, run
+from .reduce import Reduce
 from .nn_conv import *  # noqa: F401,F403
 from .nn_conv import __all__ as _conv_all
 from .nn_norm import *  # noqa: F401,F403
@@ -21,7 +34,8 @@ from .nn_norm import __all__ as _norm_all
 from .nn_pool import *  # noqa: F401,F403
 from .nn_pool import __all__ as _pool_all
 
-__all__ = ["Softmax", "LogSoftmax", "IndexingOneHot", "OneHot", "Dropout", "Pad", "PAD_MODES"] \
+__all__ = ["Softmax", "LogSoftmax", "IndexingOneHot", "IndexingSetOneHot", "OneHot", "Dropout",
+           "DropoutBackward", "Pad", "PadBackward", "PAD_MODES"] \
     + list(_conv_all) + list(_norm_all) + list(_pool_all)
 
 PAD_MODES = ("constant", "reflect", "replicate")
@@ -65,11 +79,54 @@ class Pad(OpDef):
     _defaults = {"mode": "constant", "constant_value": 0.0}
 
     def __init__(self, pad_width, mode="constant", constant_value=0.0):
-        m = str(mode).lower()
-        m = "replicate" if m == "edge" else m
-        if m not in PAD_MODES:
-            raise ValueError(f"Pad: unknown mode {mode!r}; expected one of {PAD_MODES} or 'edge'")
-        super().__init__(tuple(tuple(int(v) for v in p) for p in pad_width), m, constant_value)
+        super().__init__(_pad_pairs(pad_width), _pad_mode("Pad", mode), constant_value)
+
+
+class IndexingSetOneHot(OpDef):
+    """``(src, index, value)`` -> a copy of ``src`` with ``value`` written at ``index`` along ``axis``.
+
+    ``index`` has ``src``'s shape without ``axis``; ``value`` has ``index``'s shape, or that shape
+    with a size-1 ``axis`` (the output of ``IndexingOneHot`` with ``keepdims``).
+    """
+
+    _fields = ("axis",)
+
+
+class DropoutBackward(OpDef):
+    """``(dy, mask)`` -> ``dy * mask / (1 - drop_prob)``: the gradient of ``Dropout`` given the mask
+    that the forward op output."""
+
+    _fields = ("drop_prob",)
+
+
+class PadBackward(OpDef):
+    """The gradient of ``Pad``: a padded-shape ``dy`` folded back onto the unpadded shape."""
+
+    _fields = ("pad_width", "mode")
+    _defaults = {"mode": "constant"}
+
+    def __init__(self, pad_width, mode="constant"):
+        super().__init__(_pad_pairs(pad_width), _pad_mode("PadBackward", mode))
+
+
+def _pad_pairs(pad_width):
+    return tuple(tuple(int(v) for v in p) for p in pad_width)
+
+
+def _pad_mode(name, mode):
+    m = str(mode).lower()
+    m = "replicate" if m == "edge" else m
+    if m not in PAD_MODES:
+        raise ValueError(f"{name}: unknown mode {mode!r}; expected one of {PAD_MODES} or 'edge'")
+    return m
+
+
+def _zeros_like(t):
+    return run(cached_op(Fill, tuple(t.shape), 0, t.dtype, t.device))
+
+
+def _sum_keepdims(t, axis):
+    return run(cached_op(Reduce, "sum", axis, True), t)
 
 
 # -- softmax -------------------------------------------------------------------------------------
@@ -121,6 +178,27 @@ def _cpu_logsoftmax(op, x):
     return ((z - np.log(np.exp(z).sum(axis=axes, keepdims=True))).astype(x.dtype, copy=False),)
 
 
+@def_backward(Softmax)
+def _softmax_grad(op, inputs, outputs, grads, needs):
+    # dx = y * (dy - sum(dy * y)) along the softmax axes
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    y = output(op, inputs, outputs)
+    gy = g * y
+    return [gy - y * _sum_keepdims(gy, op.axis)]
+
+
+@def_backward(LogSoftmax)
+def _logsoftmax_grad(op, inputs, outputs, grads, needs):
+    # dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    y = output(op, inputs, outputs)
+    return [g - ew("exp", y) * _sum_keepdims(g, op.axis)]
+
+
 # -- one-hot ---------------------------------------------------------------------------------------
 
 @def_infer(IndexingOneHot)
@@ -153,6 +231,68 @@ def _cpu_indexing_one_hot(op, x, index):
                          f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
     y = np.take_along_axis(x, np.expand_dims(index.astype(np.intp), axis), axis)
     return (y if op.keepdims else np.squeeze(y, axis),)
+
+
+@def_infer(IndexingSetOneHot)
+def _infer_indexing_set_one_hot(op, descs):
+    if len(descs) != 3:
+        raise op_error(TypeError, op, f"expects 3 inputs (src, index, value), got {len(descs)}",
+                       descs)
+    (xs, dtype), (ixs, idt), (vs, _) = descs
+    if idt.kind not in "iu":
+        raise op_error(TypeError, op, "index must be an integer tensor", descs)
+    if xs is None:
+        return [TensorDesc(None, dtype)]
+    if not -len(xs) <= op.axis < len(xs):
+        raise op_error(ValueError, op, f"axis {op.axis} is out of range for a {len(xs)}-D input",
+                       descs)
+    axis = op.axis % len(xs)
+    want = tuple(xs[:axis]) + tuple(xs[axis + 1:])
+    if ixs is not None and tuple(ixs) != want:
+        raise op_error(ValueError, op, f"index must have shape {want} (src shape without axis "
+                       f"{axis}), got {ixs}", descs)
+    kept = tuple(xs[:axis]) + (1,) + tuple(xs[axis + 1:])
+    if vs is not None and tuple(vs) not in (want, kept):
+        raise op_error(ValueError, op, f"value must have shape {want} or {kept}, got {vs}", descs)
+    return [TensorDesc(xs, dtype)]
+
+
+@def_kernel(IndexingSetOneHot)
+def _cpu_indexing_set_one_hot(op, x, index, value):
+    axis = op.axis % x.ndim
+    n = x.shape[axis]
+    if index.size and (index.min() < -n or index.max() >= n):
+        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
+                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
+    out = x.copy()
+    idx = np.expand_dims(index.astype(np.intp), axis)
+    np.put_along_axis(out, idx, value.reshape(idx.shape).astype(x.dtype, copy=False), axis)
+    return (out,)
+
+
+@def_backward(IndexingOneHot)
+def _indexing_one_hot_grad(op, inputs, outputs, grads, needs):
+    # The picked elements get the gradient, every other element of src none; index gets none.
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None, None]
+    src, index = inputs
+    return [run(cached_op(IndexingSetOneHot, op.axis), _zeros_like(src), index, g), None]
+
+
+@def_backward(IndexingSetOneHot)
+def _indexing_set_one_hot_grad(op, inputs, outputs, grads, needs):
+    # Overwritten elements of src get no gradient; value gets the gradient at the written places.
+    g = grads[0]
+    src, index, value = inputs
+    if g is None:
+        return [None, None, None]
+    dsrc = dvalue = None
+    if needs[0]:
+        dsrc = run(op, g, index, _zeros_like(value))
+    if needs[2]:
+        dvalue = run(cached_op(IndexingOneHot, op.axis, value.ndim == src.ndim), g, index)
+    return [dsrc, None, dvalue]
 
 
 @def_infer(OneHot)
@@ -197,6 +337,44 @@ def _cpu_dropout(op, x):
     return ((x * mask * scale).astype(x.dtype, copy=False), mask)
 
 
+@def_infer(DropoutBackward)
+def _infer_dropout_backward(op, descs):
+    if len(descs) != 2:
+        raise op_error(TypeError, op, f"expects 2 inputs (dy, mask), got {len(descs)}", descs)
+    (gs, dtype), (ms, mdt) = descs
+    if dtype.kind != "f" or mdt.kind != "b":
+        raise op_error(TypeError, op, "dy must be floating point and mask bool", descs)
+    if gs is not None and ms is not None and tuple(gs) != tuple(ms):
+        raise op_error(ValueError, op, "dy and mask must have the same shape", descs)
+    return [TensorDesc(gs, dtype)]
+
+
+@def_kernel(DropoutBackward)
+def _cpu_dropout_backward(op, dy, mask):
+    scale = np.asarray(1 / (1 - op.drop_prob), dy.dtype)
+    out = np.multiply(dy, mask, dtype=dy.dtype)
+    out *= scale
+    return (out,)
+
+
+@def_backward(Dropout)
+def _dropout_grad(op, inputs, outputs, grads, needs):
+    # The forward op's mask output, not a second draw: the same elements are dropped.
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    return [run(cached_op(DropoutBackward, op.drop_prob), g, outputs[1])]
+
+
+@def_backward(DropoutBackward)
+def _dropout_backward_grad(op, inputs, outputs, grads, needs):
+    # Linear in dy and symmetric: its transpose is itself.
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None, None]
+    return [run(op, g, inputs[1]), None]
+
+
 # -- padding -------------------------------------------------------------------------------------
 
 @def_infer(Pad)
@@ -229,3 +407,70 @@ def _cpu_pad(op, x):
     if op.mode == "constant":
         return (np.pad(x, width, constant_values=np.asarray(op.constant_value).astype(x.dtype)),)
     return (np.pad(x, width, mode="reflect" if op.mode == "reflect" else "edge"),)
+
+
+@def_infer(PadBackward)
+def _infer_pad_backward(op, descs):
+    if len(descs) != 1:
+        raise op_error(TypeError, op, f"expects 1 input, got {len(descs)}", descs)
+    gs, dtype = descs[0]
+    if any(len(p) != 2 or min(p) < 0 for p in op.pad_width):
+        raise op_error(ValueError, op, f"pad_width must be (before, after) pairs of non-negative "
+                       f"ints, got {op.pad_width}", descs)
+    if gs is None:
+        return [TensorDesc(None, dtype)]
+    if len(op.pad_width) > len(gs):
+        raise op_error(ValueError, op, f"pad_width has {len(op.pad_width)} pairs for a "
+                       f"{len(gs)}-D gradient", descs)
+    out = list(gs)
+    for i, (a, b) in enumerate(op.pad_width):
+        n = gs[i] - a - b
+        if n < 0 or (op.mode == "reflect" and 0 < max(a, b) and max(a, b) >= n) or (
+                op.mode == "replicate" and n == 0 and a + b > 0):
+            raise op_error(ValueError, op, f"axis {i} of size {gs[i]} cannot be the {op.mode} "
+                           f"padding {(a, b)} of an input", descs)
+        out[i] = n
+    return [TensorDesc(tuple(out), dtype)]
+
+
+@def_kernel(PadBackward)
+def _cpu_pad_backward(op, g):
+    if op.mode == "constant":
+        return (g[tuple(slice(a, g.shape[i] - b) for i, (a, b) in enumerate(op.pad_width))],)
+    # np.pad pads one axis after another, so the gradient folds one axis at a time.
+    out = g
+    for axis, (a, b) in enumerate(op.pad_width):
+        if not (a or b):
+            continue
+        t = np.moveaxis(out, axis, 0)
+        n = t.shape[0] - a - b
+        core = t[a:a + n].copy()
+        if op.mode == "replicate":      # the border repeats the edge element
+            if a:
+                core[0] += t[:a].sum(axis=0)
+            if b:
+                core[-1] += t[a + n:].sum(axis=0)
+        else:                           # reflect: border j mirrors element a - j (n - 2 - j after)
+            if a:
+                core[1:a + 1] += t[:a][::-1]
+            if b:
+                core[n - 1 - b:n - 1] += t[a + n:][::-1]
+        out = np.moveaxis(core, 0, axis)
+    return (out,)
+
+
+@def_backward(Pad)
+def _pad_grad(op, inputs, outputs, grads, needs):
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    return [run(cached_op(PadBackward, op.pad_width, op.mode), g)]
+
+
+@def_backward(PadBackward)
+def _pad_backward_grad(op, inputs, outputs, grads, needs):
+    # PadBackward is the transpose of padding with zeros, so its transpose is that padding.
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    return [run(cached_op(Pad, op.pad_width, op.mode, 0.0), g)]

@@ -10,13 +10,19 @@ forward convolution whose input gradient it computes, i.e. ``(I, O, *kernel)`` o
 The kernels are im2col: a strided window view of the padded input (no copy), reshaped into one
 matrix per group and multiplied with BLAS, so nothing loops over output pixels.  The transposed conv
 scatters one strided slice per kernel position (a loop of ``prod(kernel)`` steps).
+
+Backward rules: the three ops are bilinear, and each one's gradients are the other two, so
+convolutions are differentiable to any order.  With ``y = conv(x, w)``:
+``dx = ConvolutionBackwardData(w, dy)`` (``output_padding`` restores the input size that the
+floor in the output size lost) and ``dw = ConvolutionBackwardFilter(x, dy, w)``.
 """
 import itertools
 
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .gradutil import cached_op, run
 
 __all__ = ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardFilter", "conv_out_size"]
 
@@ -149,8 +155,23 @@ def _infer_deconv(op, descs):
 def _infer_conv_filter(op, descs):
     if len(descs) != 3:
         raise op_error(TypeError, op, f"expects 3 inputs (x, dy, weight), got {len(descs)}", descs)
-    _check_params(op, descs)
-    return [TensorDesc(descs[2][0], descs[2][1])]
+    nd = _check_params(op, descs)
+    _check_float(op, descs[:2])
+    (xs, dtype), (ys, _), (ws, wdt) = descs
+    if xs is None or ys is None or ws is None:
+        return [TensorDesc(ws, wdt)]
+    if len(xs) != nd + 2 or len(ys) != nd + 2:
+        raise op_error(ValueError, op, f"x and dy must be {nd + 2}-D (N, C, *spatial)", descs)
+    g, og, ig, k = _split_weight(op, descs, ws, nd)
+    full = tuple(conv_out_size(xs[2 + i], k[i], op.stride[i], op.padding[i], op.dilation[i])
+                 for i in range(nd))
+    # dy may be smaller than the convolution of x: the gradient of a transposed convolution whose
+    # output_padding is at least the stride meets an x with rows no output position reaches.
+    if (ys[0] != xs[0] or ig * g != xs[1] or og * g != ys[1]
+            or any(not 0 < ys[2 + i] <= full[i] for i in range(nd))):
+        raise op_error(ValueError, op, f"x {xs}, dy {ys} and weight {ws} do not belong to one "
+                       f"convolution (its output would be {(xs[0], og * g) + full})", descs)
+    return [TensorDesc(ws, wdt)]
 
 
 # -- kernels -------------------------------------------------------------------------------------
@@ -160,8 +181,9 @@ def _compute_dtype(dtype):
     return np.float32 if dtype == np.float16 else dtype
 
 
-def _im2col(op, x, k, g):
-    """``(G, N*prod(out), prod(k)*C/G)`` patches of the padded input, and the output size.
+def _im2col(op, x, k, g, limit=None):
+    """``(G, N*prod(out), prod(k)*C/G)`` patches of the padded input, and the output size
+    (at most ``limit`` along each spatial dim when given).
 
     The input is moved to channels-last first, so the copy into the patch matrix moves runs of
     ``C/G`` contiguous values (much faster than NCHW patches, whose runs are kernel-width long).
@@ -173,7 +195,8 @@ def _im2col(op, x, k, g):
         xl = np.pad(xl, ((0, 0),) + tuple((p, p) for p in op.padding) + ((0, 0),))
     span = tuple(op.dilation[i] * (k[i] - 1) + 1 for i in range(nd))
     v = sliding_window_view(xl, span, axis=tuple(range(1, 1 + nd)))  # (N, *out', C, *span)
-    v = v[(slice(None),) + tuple(slice(None, None, s) for s in op.stride) + (slice(None),)
+    stop = (None,) * nd if limit is None else tuple((n - 1) * s + 1 for n, s in zip(limit, op.stride))
+    v = v[(slice(None),) + tuple(slice(None, e, s) for e, s in zip(stop, op.stride)) + (slice(None),)
           + tuple(slice(None, None, d) for d in op.dilation)]
     out = v.shape[1:1 + nd]
     v = v.reshape((n,) + out + (g, c // g) + tuple(k))             # (N, *out, G, I/G, *k)
@@ -211,23 +234,27 @@ def _cpu_deconv(op, w, dy):
     ct = _compute_dtype(dtype)
     w = _weight_groups(op, w, nd).astype(ct, copy=False)      # (G, A, B, *k): A = dy ch/G
     g, a, b = w.shape[:3]
-    k = w.shape[3:]
-    n, ins = dy.shape[0], dy.shape[2:]
-    d = dy.astype(ct, copy=False).reshape((n, g, a, int(np.prod(ins))))
-    # cols[n, g, b*k, pix] = sum_a w[g, a, b*k] * dy[n, g, a, pix]
-    cols = np.matmul(w.reshape(g, a, -1).transpose(0, 2, 1)[None], d)
-    cols = cols.reshape((n, g * b) + tuple(k) + tuple(ins))
+    k = tuple(w.shape[3:])
+    n, ins = dy.shape[0], tuple(dy.shape[2:])
+    pix = int(np.prod(ins))
+    # One GEMM per group, cols[g, b*k, n*pix] = w[g]^T @ dy[g].  (A stacked matmul that broadcasts
+    # one operand over the batch misses BLAS in numpy and is ~20x slower.)
+    d = dy.astype(ct, copy=False).reshape(n, g, a, pix).transpose(1, 2, 0, 3).reshape(g, a, n * pix)
+    cols = np.matmul(w.reshape(g, a, -1).transpose(0, 2, 1), d)
+    cols = cols.reshape((g, b) + k + (n,) + ins)
     out = _deconv_out(op, ins, k)
     full = tuple(max((ins[i] - 1) * op.stride[i] + op.dilation[i] * (k[i] - 1) + 1,
                      op.padding[i] + out[i]) for i in range(nd))
-    buf = np.zeros((n, g * b) + full, ct)
+    buf = np.zeros((g, b, n) + full, ct)
+    lead = (slice(None),) * 3
     for pos in itertools.product(*(range(kk) for kk in k)):
         sl = tuple(slice(pos[i] * op.dilation[i],
                          pos[i] * op.dilation[i] + (ins[i] - 1) * op.stride[i] + 1, op.stride[i])
                    for i in range(nd))
-        buf[(slice(None), slice(None)) + sl] += cols[(slice(None), slice(None)) + pos]
+        buf[lead + sl] += cols[(slice(None), slice(None)) + pos]
     crop = tuple(slice(op.padding[i], op.padding[i] + out[i]) for i in range(nd))
-    return (np.ascontiguousarray(buf[(slice(None), slice(None)) + crop], dtype=dtype),)
+    res = np.moveaxis(buf[lead + crop], 2, 0)                   # (N, G, B, *out)
+    return (np.ascontiguousarray(res, dtype=dtype).reshape((n, g * b) + out),)
 
 
 @def_kernel(ConvolutionBackwardFilter)
@@ -239,7 +266,7 @@ def _cpu_conv_filter(op, x, dy, w):
     wg = w if grouped else w[None]
     g, og, ig = wg.shape[:3]
     k = wg.shape[3:]
-    cols, out = _im2col(op, x.astype(ct, copy=False), k, g)        # (G, M, *k * I/G)
+    cols, out = _im2col(op, x.astype(ct, copy=False), k, g, dy.shape[2:])  # (G, M, *k * I/G)
     n = x.shape[0]
     m = int(np.prod(out))
     d = dy.astype(ct, copy=False).reshape((n, g, og, m))
@@ -249,3 +276,69 @@ def _cpu_conv_filter(op, x, dy, w):
     if not grouped:
         dw = dw[0]
     return (np.ascontiguousarray(dw, dtype=dtype),)
+
+
+# -- backward rules --------------------------------------------------------------------------------
+
+def _params(op):
+    return op.stride, op.padding, op.dilation, op.groups
+
+
+def _input_grad(op, w, dy, in_spatial):
+    """``ConvolutionBackwardData(w, dy)`` of the spatial size ``in_spatial``: ``output_padding``
+    adds back the input rows that the floor in the convolution's output size dropped."""
+    nd = len(op.stride)
+    k = tuple(w.shape[-nd:])
+    extra = tuple(int(in_spatial[i]) - ((dy.shape[2 + i] - 1) * op.stride[i] - 2 * op.padding[i]
+                                        + op.dilation[i] * (k[i] - 1) + 1) for i in range(nd))
+    bwd = cached_op(ConvolutionBackwardData, *_params(op), extra, op.compute_mode)
+    return run(bwd, w, dy)
+
+
+def _output_grad(op, x, w, out_spatial):
+    """``Convolution(x, w)`` cropped to ``out_spatial`` (it is larger only after an
+    ``output_padding`` of at least the stride)."""
+    y = run(cached_op(Convolution, *_params(op), op.compute_mode), x, w)
+    if tuple(y.shape[2:]) != tuple(out_spatial):
+        y = y[(slice(None), slice(None)) + tuple(slice(0, n) for n in out_spatial)]
+    return y
+
+
+def _filter_grad(op, x, dy, w):
+    bwd = cached_op(ConvolutionBackwardFilter, *_params(op), op.compute_mode)
+    return run(bwd, x, dy, w)
+
+
+@def_backward(Convolution)
+def _conv_grad(op, inputs, outputs, grads, needs):
+    g = grads[0]
+    if g is None:
+        return [None, None]
+    x, w = inputs
+    dx = _input_grad(op, w, g, x.shape[2:]) if needs[0] else None
+    dw = _filter_grad(op, x, g, w) if needs[1] else None
+    return [dx, dw]
+
+
+@def_backward(ConvolutionBackwardData)
+def _deconv_grad(op, inputs, outputs, grads, needs):
+    # out = deconv(w, dy) is the transpose of x -> conv(x, w): <gg, deconv(w, dy)> = <conv(gg, w), dy>
+    g = grads[0]
+    if g is None:
+        return [None, None]
+    w, dy = inputs
+    dw = _filter_grad(op, g, dy, w) if needs[0] else None
+    ddy = _output_grad(op, g, w, dy.shape[2:]) if needs[1] else None
+    return [dw, ddy]
+
+
+@def_backward(ConvolutionBackwardFilter)
+def _conv_filter_grad(op, inputs, outputs, grads, needs):
+    # <gg, filter(x, dy)> = <conv(x, gg), dy>; the weight input only gives the shape.
+    g = grads[0]
+    if g is None:
+        return [None, None, None]
+    x, dy, _ = inputs
+    dx = _input_grad(op, g, dy, x.shape[2:]) if needs[0] else None
+    ddy = _output_grad(op, x, g, dy.shape[2:]) if needs[1] else None
+    return [dx, ddy, None]

@@ -6,10 +6,17 @@ objects get their own) keeps a numpy ``Generator`` that is a *seed stream*: ever
 ``Generator(PCG64(op.seed))``.  So an op's output is a pure function of its parameters -- the same
 numbers when the op is recomputed (DTR) or replayed -- and re-seeding a handle reproduces the whole
 sequence of calls.  Values are generated in float32 (or the requested dtype), never float64.
+
+Gradients: samples are not differentiable with respect to the distribution's parameters (no
+reparameterisation), so every RNG op's backward rule gives ``None`` (as MegEngine).  The one
+exception is ``ShuffleRNG``, which only moves its input's rows: its gradient is the output's
+gradient moved back (MegEngine differentiates ``shuffle`` too).
 """
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .gradutil import cached_op, runs
+from .reduce import Argsort
 
 __all__ = ["UniformRNG", "GaussianRNG", "GammaRNG", "BetaRNG", "PoissonRNG", "PermutationRNG",
            "ShuffleRNG", "new_handle", "delete_handle", "next_seed", "seed_handle"]
@@ -212,3 +219,22 @@ def _infer_shuffle(op, descs):
 def _cpu_shuffle(op, x):
     perm = _generator(op).permutation(x.shape[0])
     return (x[perm], perm.astype(_int32))
+
+
+def _no_gradient(op, inputs, outputs, grads, needs):
+    # A sample is not a differentiable function of the distribution's parameters.
+    return [None] * len(inputs)
+
+
+for _cls in (UniformRNG, GaussianRNG, GammaRNG, BetaRNG, PoissonRNG, PermutationRNG):
+    def_backward(_cls)(_no_gradient)
+
+
+@def_backward(ShuffleRNG)
+def _shuffle_grad(op, inputs, outputs, grads, needs):
+    # y = x[perm], so dx[perm] = dy: dx = dy[argsort(perm)].
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None]
+    inverse = runs(cached_op(Argsort, False), outputs[1])[1]
+    return [g[inverse]]

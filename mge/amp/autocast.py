@@ -1,24 +1,18 @@
-"""Automatic mixed precision (MegEngine's ``megengine.amp``).
+"""``autocast``: the context manager and decorator that switches AMP on.
 
-Under :class:`autocast`, matrix products and convolutions compute in ``low_prec_dtype`` (float16)
-and normalisations, softmax and the like in ``high_prec_dtype`` (float32).  The casting is done by
-the ``dtype_promote`` transformation plugin; this module only sets its switches.
-
-    >>> import mge, mge.functional as F
-    >>> a = mge.tensor([[1.0, 2.0]]); b = mge.tensor([[3.0], [4.0]])
-    >>> with mge.amp.autocast():
-    ...     F.matmul(a, b).dtype
-    dtype('float16')
+The casting itself is done by the ``dtype_promote`` transformation plugin; this module only sets
+its switches (MegEngine keeps them in ``core.tensor.amp``).
 """
 import functools
-import sys
-import types
 
 import numpy as np
 
-from .core import get_plugin
+from ..core import get_plugin
 
-__all__ = ["autocast", "enabled", "low_prec_dtype", "high_prec_dtype"]
+__all__ = ["autocast"]
+
+# Whether autocast is on: read and written through ``mge.amp.enabled``.
+_enabled = False
 
 
 def _state():
@@ -51,6 +45,12 @@ def _get_amp_high_prec_dtype():
     return _state().high_prec_dtype.name
 
 
+def _set_enabled(flag):
+    global _enabled
+    _enabled = bool(flag)
+    _set_amp_dtype_autocast(flag)
+
+
 class autocast:
     """Context manager and decorator that turns AMP autocast on.
 
@@ -58,6 +58,14 @@ class autocast:
         enabled: whether autocast mode is enabled.
         low_prec_dtype: dtype for speed-critical ops (matmul, conv). Default: float16.
         high_prec_dtype: dtype for precision-critical ops. Default: float32.
+
+    Example::
+
+        >>> import mge, mge.functional as F
+        >>> a = mge.tensor([[1.0, 2.0]]); b = mge.tensor([[3.0], [4.0]])
+        >>> with mge.amp.autocast():
+        ...     F.matmul(a, b).dtype
+        dtype('float16')
     """
 
     def __init__(self, enabled=True, low_prec_dtype="float16", high_prec_dtype="float32"):
@@ -67,20 +75,21 @@ class autocast:
         self._saved = []
 
     def __enter__(self):
+        global _enabled
         if self.enabled:
-            mod = sys.modules[__name__]
-            self._saved.append((mod._enabled, _get_amp_dtype_autocast(), _get_amp_low_prec_dtype(),
+            self._saved.append((_enabled, _get_amp_dtype_autocast(), _get_amp_low_prec_dtype(),
                                 _get_amp_high_prec_dtype()))
-            mod._enabled = True
+            _enabled = True
             _set_amp_dtype_autocast(True)
             _set_amp_low_prec_dtype(self.low_prec_dtype)
             _set_amp_high_prec_dtype(self.high_prec_dtype)
         return self
 
     def __exit__(self, *exc):
+        global _enabled
         if self.enabled:
             enabled, flag, low, high = self._saved.pop()
-            sys.modules[__name__]._enabled = enabled
+            _enabled = enabled
             _set_amp_dtype_autocast(flag)
             _set_amp_low_prec_dtype(low)
             _set_amp_high_prec_dtype(high)
@@ -91,37 +100,3 @@ class autocast:
             with self:
                 return func(*args, **kwargs)
         return wrapper
-
-
-class _AmpModule(types.ModuleType):
-    @property
-    def enabled(self):
-        """Whether AMP autocast is on (settable, as ``mge.amp.enabled = True``)."""
-        return self._enabled
-
-    @enabled.setter
-    def enabled(self, value):
-        self._enabled = bool(value)
-        _set_amp_dtype_autocast(value)
-
-    @property
-    def low_prec_dtype(self):
-        """The low-precision dtype name (default ``"float16"``); settable."""
-        return _get_amp_low_prec_dtype()
-
-    @low_prec_dtype.setter
-    def low_prec_dtype(self, dtype):
-        _set_amp_low_prec_dtype(dtype)
-
-    @property
-    def high_prec_dtype(self):
-        """The high-precision dtype name (default ``"float32"``); settable."""
-        return _get_amp_high_prec_dtype()
-
-    @high_prec_dtype.setter
-    def high_prec_dtype(self, dtype):
-        _set_amp_high_prec_dtype(dtype)
-
-
-_enabled = False
-sys.modules[__name__].__class__ = _AmpModule

@@ -1,0 +1,50 @@
+"""``mge.module`` (``M``): layers as objects holding their parameters (MegEngine's
+``megengine.module``).
+
+A :class:`Module` finds its parameters, buffers and submodules among its attributes; ``state_dict``
+and ``load_state_dict`` save and restore them by dotted name; ``train()`` / ``eval()`` switch the
+layers that behave differently in training (:class:`Dropout`, batch norm).  Parameters start as
+MegEngine 1.13 initialises them, drawn from :mod:`mge.random` (so ``mge.random.seed(n)`` makes
+building a model reproducible); :mod:`mge.module.init` has the initialisers.
+
+    >>> import mge, mge.module as M
+    >>> net = M.Sequential(M.Conv2d(3, 8, 3, padding=1), M.BatchNorm2d(8), M.ReLU(),
+    ...                    M.AdaptiveAvgPool2d(1))
+    >>> net(mge.tensor(np.zeros((2, 3, 8, 8), "float32"))).shape
+    (2, 8, 1, 1)
+
+Not in mge (MegEngine 1.13 has them): the quantization modules (``QuantStub``, ``DequantStub``,
+``ConvBn2d`` and the other ``*Bn*`` fusions, ``qat``/``quantized``), ``BatchMatMulActivation``,
+``DeformableConv2d``, ``DeformablePSROIPooling``, ``LocalConv2d``, ``RegionRestrictedConv``,
+``SlidingWindow``/``SlidingWindowTranspose``, ``MultiHeadAttention`` and the RNN family.  MegEngine
+1.13 has no ``Flatten`` module (use :func:`mge.functional.flatten`).
+"""
+from . import init  # noqa: F401
+from .activation import GELU, LeakyReLU, PReLU, ReLU, Sigmoid, SiLU, Softmax
+from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
+from .conv import (
+    Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d, ConvTransposeRelu2d,
+)
+from .dropout import Dropout
+from .embedding import Embedding
+from .identity import Identity
+from .linear import Linear, LinearRelu
+from .misc import Concat, Elemwise, Pad, PixelShuffle
+from .module import Module
+from .normalization import GeneralNorm, GroupNorm, InstanceNorm, LayerNorm, LocalResponseNorm
+from .pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
+from .sequential import Sequential
+
+__all__ = [
+    "Module", "Sequential", "Identity",
+    "Linear", "LinearRelu",
+    "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d",
+    "ConvTransposeRelu2d",
+    "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm",
+    "LayerNorm", "GroupNorm", "InstanceNorm", "GeneralNorm", "LocalResponseNorm",
+    "Dropout", "Embedding",
+    "MaxPool2d", "AvgPool2d", "AdaptiveMaxPool2d", "AdaptiveAvgPool2d",
+    "ReLU", "Sigmoid", "SiLU", "GELU", "Softmax", "LeakyReLU", "PReLU",
+    "Elemwise", "Concat", "Pad", "PixelShuffle",
+    "init",
+]

@@ -1,0 +1,407 @@
+"""Convolution modules: ``Conv1d``, ``Conv2d``, ``Conv3d``, ``ConvTranspose2d``,
+``ConvTranspose3d`` and the fused ``ConvRelu2d`` / ``ConvTransposeRelu2d``.
+
+Weights keep MegEngine's layouts (so state dicts load both ways): ``(O, I, *kernel)``, or
+``(G, O/G, I/G, *kernel)`` with ``groups=G``; transposed convolutions swap ``O`` and ``I``.
+Biases have shape ``(1, O, 1, ...)``.  Every weight starts as
+:math:`\\mathcal{N}(0, 1/\\text{fan_in})` (``fan_in = in_channels * prod(kernel)``; for transposed
+convolutions ``out_channels * prod(kernel)``) and every bias at zero, as in MegEngine 1.13.
+"""
+from abc import abstractmethod
+
+import numpy as np
+
+from ..functional.nn import conv1d, conv2d, conv3d, conv_transpose2d, conv_transpose3d, pad, relu
+from ..tensor import Parameter
+from . import init
+from .module import Module
+
+__all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d",
+           "ConvTransposeRelu2d"]
+
+_PADDING_MODES = ("zeros", "reflect", "replicate")
+
+
+def _ntuple(owner, what, value, n, allow_zero):
+    """``value`` (an int or ``n`` ints) as a tuple of ``n`` ints, each >= 0 (>= 1 unless
+    ``allow_zero``)."""
+    if isinstance(value, (int, np.integer)):
+        value = (int(value),) * n
+    else:
+        value = tuple(int(v) for v in value)
+        if len(value) != n:
+            raise ValueError(f"{owner}: {what} must be an int or {n} ints, got {value}")
+    low = 0 if allow_zero else 1
+    if min(value) < low:
+        raise ValueError(f"{owner}: {what} must be >= {low}, got {value}")
+    return value
+
+
+def _check_padding_mode(owner, padding_mode):
+    if padding_mode not in _PADDING_MODES:
+        raise ValueError(f"{owner}: padding_mode must be one of {_PADDING_MODES}, got "
+                         f"{padding_mode!r}")
+
+
+class _ConvNd(Module):
+    """Base of the convolution modules: checks the channels, makes and initialises the
+    parameters."""
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                 dilation, groups, bias=True, **kwargs):
+        super().__init__(**kwargs)
+        if in_channels % groups != 0:
+            raise ValueError("in_channels must be divisible by groups")
+        if out_channels % groups != 0:
+            raise ValueError("out_channels must be divisible by groups")
+        self.in_channels = in_channels
+        self.out_channels = out_channels
+        self.kernel_size = kernel_size
+        self.stride = stride
+        self.padding = padding
+        self.output_padding = output_padding
+        self.dilation = dilation
+        self.groups = groups
+        self.weight = Parameter(np.zeros(self._infer_weight_shape(), dtype=np.float32))
+        self.bias = None
+        if bias:
+            self.bias = Parameter(np.zeros(self._infer_bias_shape(), dtype=np.float32))
+        self.reset_parameters()
+
+    @abstractmethod
+    def _get_fanin(self):
+        pass
+
+    @abstractmethod
+    def _infer_weight_shape(self):
+        pass
+
+    @abstractmethod
+    def _infer_bias_shape(self):
+        pass
+
+    def reset_parameters(self):
+        """Draw ``weight`` from :math:`\\mathcal{N}(0, 1/\\text{fan_in})`; zero ``bias``."""
+        init.normal_(self.weight, 0.0, np.sqrt(1 / self._get_fanin()))
+        if self.bias is not None:
+            init.zeros_(self.bias)
+
+    def _grouped_shape(self, first, second, kernel):
+        g = self.groups
+        if g == 1:
+            return (first, second) + kernel
+        return (g, first // g, second // g) + kernel
+
+    def _module_info_string(self):
+        def as_tuple(v):
+            return v if isinstance(v, tuple) else (v,)
+
+        stride, padding, dilation = (as_tuple(v) for v in (self.stride, self.padding,
+                                                           self.dilation))
+        s = "{in_channels}, {out_channels}, kernel_size={kernel_size}"
+        if stride != (1,) * len(stride):
+            s += ", stride={stride}"
+        if padding != (0,) * len(padding):
+            s += ", padding={padding}"
+        if dilation != (1,) * len(dilation):
+            s += ", dilation={dilation}"
+        if self.groups != 1:
+            s += ", groups={groups}"
+        if self.bias is None:
+            s += ", bias=False"
+        return s.format(**self.__dict__)
+
+
+class Conv1d(_ConvNd):
+    r"""1D convolution over ``(N, C_in, L)`` input.
+
+    Args:
+        in_channels: number of input channels.
+        out_channels: number of output channels.
+        kernel_size: size of the kernel (an int).
+        stride: stride. Default: 1
+        padding: padding added on both sides. Default: 0
+        dilation: dilation. Default: 1
+        groups: number of channel groups; ``in_channels`` and ``out_channels`` must be divisible
+            by it. Default: 1
+        bias: whether to add a learnt bias. Default: ``True``
+        conv_mode: only ``"cross_correlation"``.
+        compute_mode: ``"default"`` or ``"float32"``.
+        padding_mode: ``"zeros"``, ``"reflect"`` or ``"replicate"``. Default: ``"zeros"``
+
+    ``weight`` is ``(out_channels, in_channels, kernel_size)``, or
+    ``(groups, out_channels // groups, in_channels // groups, kernel_size)`` when grouped
+    (MegEngine's layout; unlike MegEngine 1.13, grouped ``Conv1d`` runs).
+
+    Example:
+        >>> import mge, mge.module as M
+        >>> m = M.Conv1d(in_channels=3, out_channels=1, kernel_size=3)
+        >>> m(mge.tensor(np.arange(24, dtype="float32").reshape(2, 3, 4))).shape
+        (2, 1, 2)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, conv_mode="cross_correlation", compute_mode="default",
+                 padding_mode="zeros", **kwargs):
+        kernel_size = _ntuple("Conv1d", "kernel_size", kernel_size, 1, False)[0]
+        stride = _ntuple("Conv1d", "stride", stride, 1, False)[0]
+        padding = _ntuple("Conv1d", "padding", padding, 1, True)[0]
+        dilation = _ntuple("Conv1d", "dilation", dilation, 1, False)[0]
+        _check_padding_mode("Conv1d", padding_mode)
+        self.conv_mode = conv_mode
+        self.compute_mode = compute_mode
+        self.padding_mode = padding_mode
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, 0, dilation,
+                         groups, bias, **kwargs)
+
+    def _get_fanin(self):
+        return self.kernel_size * self.in_channels
+
+    def _infer_weight_shape(self):
+        return self._grouped_shape(self.out_channels, self.in_channels, (self.kernel_size,))
+
+    def _infer_bias_shape(self):
+        return (1, self.out_channels, 1)
+
+    def get_pad_witdth(self):
+        """The ``pad_width`` for :func:`~mge.functional.nn.pad` (MegEngine's spelling)."""
+        return ((0, 0), (0, 0), (self.padding, self.padding))
+
+    def calc_conv(self, inp, weight, bias):
+        _check_padding_mode("Conv1d", self.padding_mode)
+        if weight.ndim == 4:
+            # F.conv1d takes the grouped weight flat, as (O, I/G, K).
+            weight = weight.reshape(self.out_channels, -1, self.kernel_size)
+        padding = self.padding
+        if self.padding_mode != "zeros":
+            inp = pad(inp, self.get_pad_witdth(), self.padding_mode)
+            padding = 0
+        return conv1d(inp, weight, bias, self.stride, padding, self.dilation, self.groups,
+                      self.conv_mode, self.compute_mode)
+
+    def forward(self, inp):
+        return self.calc_conv(inp, self.weight, self.bias)
+
+
+class Conv2d(_ConvNd):
+    r"""2D convolution (cross-correlation) over ``(N, C_in, H, W)`` input.
+
+    Args:
+        in_channels: number of input channels.
+        out_channels: number of output channels.
+        kernel_size: an int or ``(kh, kw)``.
+        stride: an int or a pair. Default: 1
+        padding: zero padding on both sides, an int or a pair. Default: 0
+        dilation: an int or a pair. Default: 1
+        groups: number of channel groups. Default: 1
+        bias: whether to add a learnt bias. Default: ``True``
+        conv_mode: only ``"cross_correlation"``.
+        compute_mode: ``"default"`` or ``"float32"``.
+        padding_mode: ``"zeros"``, ``"reflect"`` or ``"replicate"``. Default: ``"zeros"``
+
+    The output is ``(N, C_out, H_out, W_out)`` with
+    :math:`H_{out} = \lfloor (H + 2p_h - d_h (k_h - 1) - 1) / s_h \rfloor + 1`.
+    ``weight`` is ``(out_channels, in_channels, kh, kw)``, or
+    ``(groups, out_channels // groups, in_channels // groups, kh, kw)``; ``bias`` is
+    ``(1, out_channels, 1, 1)``.
+
+    Example:
+        >>> import mge, mge.module as M
+        >>> m = M.Conv2d(in_channels=3, out_channels=1, kernel_size=3)
+        >>> m(mge.tensor(np.arange(96, dtype="float32").reshape(2, 3, 4, 4))).shape
+        (2, 1, 2, 2)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, conv_mode="cross_correlation", compute_mode="default",
+                 padding_mode="zeros", **kwargs):
+        kernel_size = _ntuple("Conv2d", "kernel_size", kernel_size, 2, False)
+        stride = _ntuple("Conv2d", "stride", stride, 2, False)
+        padding = _ntuple("Conv2d", "padding", padding, 2, True)
+        dilation = _ntuple("Conv2d", "dilation", dilation, 2, False)
+        _check_padding_mode("Conv2d", padding_mode)
+        self.conv_mode = conv_mode
+        self.compute_mode = compute_mode
+        self.padding_mode = padding_mode
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, 0, dilation,
+                         groups, bias, **kwargs)
+
+    def _get_fanin(self):
+        kh, kw = self.kernel_size
+        return kh * kw * self.in_channels
+
+    def _infer_weight_shape(self):
+        return self._grouped_shape(self.out_channels, self.in_channels, self.kernel_size)
+
+    def _infer_bias_shape(self):
+        return (1, self.out_channels, 1, 1)
+
+    def get_pad_witdth(self):
+        """The ``pad_width`` for :func:`~mge.functional.nn.pad` (MegEngine's spelling)."""
+        ph, pw = self.padding
+        return ((0, 0), (0, 0), (ph, ph), (pw, pw))
+
+    def calc_conv(self, inp, weight, bias):
+        _check_padding_mode("Conv2d", self.padding_mode)
+        padding = self.padding
+        if self.padding_mode != "zeros":
+            inp = pad(inp, self.get_pad_witdth(), self.padding_mode)
+            padding = 0
+        return conv2d(inp, weight, bias, self.stride, padding, self.dilation, self.groups,
+                      self.conv_mode, self.compute_mode)
+
+    def forward(self, inp):
+        return self.calc_conv(inp, self.weight, self.bias)
+
+
+class Conv3d(_ConvNd):
+    r"""3D convolution over ``(N, C_in, T, H, W)`` input; arguments as :class:`Conv2d` with
+    triples (no ``compute_mode`` or ``padding_mode``).
+
+    ``weight`` is ``(out_channels, in_channels, kt, kh, kw)``, or
+    ``(groups, out_channels // groups, in_channels // groups, kt, kh, kw)``.
+
+    Example:
+        >>> import mge, mge.module as M
+        >>> m = M.Conv3d(in_channels=3, out_channels=1, kernel_size=3)
+        >>> m(mge.tensor(np.zeros((2, 3, 4, 4, 4), "float32"))).shape
+        (2, 1, 2, 2, 2)
+    """
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
+                 groups=1, bias=True, conv_mode="cross_correlation", **kwargs):
+        kernel_size = _ntuple("Conv3d", "kernel_size", kernel_size, 3, False)
+        stride = _ntuple("Conv3d", "stride", stride, 3, False)
+        padding = _ntuple("Conv3d", "padding", padding, 3, True)
+        dilation = _ntuple("Conv3d", "dilation", dilation, 3, False)
+        self.conv_mode = conv_mode
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, 0, dilation,
+                         groups, bias, **kwargs)
+
+    def _get_fanin(self):
+        kt, kh, kw = self.kernel_size
+        return kt * kh * kw * self.in_channels
+
+    def _infer_weight_shape(self):
+        return self._grouped_shape(self.out_channels, self.in_channels, self.kernel_size)
+
+    def _infer_bias_shape(self):
+        return (1, self.out_channels, 1, 1, 1)
+
+    def calc_conv(self, inp, weight, bias):
+        return conv3d(inp, weight, bias, self.stride, self.padding, self.dilation, self.groups,
+                      self.conv_mode)
+
+    def forward(self, inp):
+        return self.calc_conv(inp, self.weight, self.bias)
+
+
+class ConvTranspose2d(_ConvNd):
+    r"""2D transposed convolution (the gradient of :class:`Conv2d` with respect to its input),
+    which maps a small input to a larger output.
+
+    Args:
+        in_channels: number of input channels.
+        out_channels: number of output channels.
+        kernel_size: an int or ``(kh, kw)``.
+        stride: an int or a pair. Default: 1
+        padding: an int or a pair. Default: 0
+        output_padding: extra size at the end of the output, an int or a pair. Default: 0
+        dilation: an int or a pair. Default: 1
+        groups: number of channel groups. Default: 1
+        bias: whether to add a learnt bias. Default: ``True``
+        conv_mode: only ``"cross_correlation"``.
+        compute_mode: ``"default"`` or ``"float32"``.
+
+    ``weight`` is ``(in_channels, out_channels, kh, kw)``, or
+    ``(groups, in_channels // groups, out_channels // groups, kh, kw)``.
+
+    Example:
+        >>> import mge, mge.module as M
+        >>> m = M.ConvTranspose2d(in_channels=2, out_channels=3, kernel_size=3, stride=2)
+        >>> m(mge.tensor(np.zeros((1, 2, 4, 4), "float32"))).shape
+        (1, 3, 9, 9)
+    """
+
+    output_padding = 0
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, dilation=1, groups=1, bias=True,
+                 conv_mode="cross_correlation", compute_mode="default", **kwargs):
+        name = type(self).__name__
+        kernel_size = _ntuple(name, "kernel_size", kernel_size, 2, False)
+        stride = _ntuple(name, "stride", stride, 2, False)
+        padding = _ntuple(name, "padding", padding, 2, True)
+        output_padding = _ntuple(name, "output_padding", output_padding, 2, True)
+        dilation = _ntuple(name, "dilation", dilation, 2, False)
+        self.conv_mode = conv_mode
+        self.compute_mode = compute_mode
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                         dilation, groups, bias, **kwargs)
+
+    def _get_fanin(self):
+        kh, kw = self.kernel_size
+        return kh * kw * self.out_channels
+
+    def _infer_weight_shape(self):
+        return self._grouped_shape(self.in_channels, self.out_channels, self.kernel_size)
+
+    def _infer_bias_shape(self):
+        return (1, self.out_channels, 1, 1)
+
+    def calc_conv_transpose2d(self, inp, weight, bias):
+        return conv_transpose2d(inp, weight, bias, self.stride, self.padding, self.output_padding,
+                                self.dilation, self.groups, self.conv_mode, self.compute_mode)
+
+    def forward(self, inp):
+        return self.calc_conv_transpose2d(inp, self.weight, self.bias)
+
+
+class ConvTranspose3d(_ConvNd):
+    r"""3D transposed convolution; arguments as :class:`ConvTranspose2d` with triples (no
+    ``conv_mode`` or ``compute_mode``).
+
+    ``weight`` is ``(in_channels, out_channels, kt, kh, kw)``, or
+    ``(groups, in_channels // groups, out_channels // groups, kt, kh, kw)``.  As in MegEngine
+    1.13, ``fan_in`` for the initialisation is ``in_channels * prod(kernel)``.
+    """
+
+    output_padding = 0
+
+    def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
+                 output_padding=0, dilation=1, groups=1, bias=True, **kwargs):
+        kernel_size = _ntuple("ConvTranspose3d", "kernel_size", kernel_size, 3, False)
+        stride = _ntuple("ConvTranspose3d", "stride", stride, 3, False)
+        padding = _ntuple("ConvTranspose3d", "padding", padding, 3, True)
+        output_padding = _ntuple("ConvTranspose3d", "output_padding", output_padding, 3, True)
+        dilation = _ntuple("ConvTranspose3d", "dilation", dilation, 3, False)
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding,
+                         dilation, groups, bias, **kwargs)
+
+    def _get_fanin(self):
+        kt, kh, kw = self.kernel_size
+        return kt * kh * kw * self.in_channels
+
+    def _infer_weight_shape(self):
+        return self._grouped_shape(self.in_channels, self.out_channels, self.kernel_size)
+
+    def _infer_bias_shape(self):
+        return (1, self.out_channels, 1, 1, 1)
+
+    def forward(self, inp):
+        return conv_transpose3d(inp, self.weight, self.bias, self.stride, self.padding,
+                                self.output_padding, self.dilation, self.groups)
+
+
+class ConvRelu2d(Conv2d):
+    """:class:`Conv2d` followed by :func:`~mge.functional.relu` (MegEngine's fused module)."""
+
+    def forward(self, inp):
+        return relu(self.calc_conv(inp, self.weight, self.bias))
+
+
+class ConvTransposeRelu2d(ConvTranspose2d):
+    """:class:`ConvTranspose2d` followed by :func:`~mge.functional.relu`."""
+
+    def forward(self, inp):
+        return relu(self.calc_conv_transpose2d(inp, self.weight, self.bias))

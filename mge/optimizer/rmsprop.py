@@ -1,0 +1,125 @@
+"""``RMSprop`` (not in MegEngine 1.13: PyTorch's definition, defaults and state names)."""
+import numpy as np
+
+from .._core.ops.base import def_kernel
+from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
+
+__all__ = ["RMSprop", "RMSpropUpdate"]
+
+
+@def_update_op
+class RMSpropUpdate(UpdateOp):
+    """One RMSprop step of one parameter.
+
+    Inputs ``(param, grad, square_avg, step[, momentum_buffer][, grad_avg])``, the optional states
+    present when ``momentum != 0`` and when ``centered``; the outputs are their new values.
+    """
+
+    _fields = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
+
+
+@def_kernel(RMSpropUpdate)
+def _cpu_rmsprop(op, param, grad, square_avg, step, *rest):
+    alpha = op.alpha
+    step = step + np.ones((), step.dtype)
+    if op.weight_decay != 0.0:
+        grad = grad + param * op.weight_decay
+    sq = square_avg * alpha
+    sq += np.square(grad) * (1.0 - alpha)
+    outs = [None, sq, np.asarray(step, dtype=step.dtype)]
+    if op.centered:
+        g_avg = rest[-1] * alpha
+        g_avg += grad * (1.0 - alpha)
+        avg = np.sqrt(sq - np.square(g_avg))
+    else:
+        avg = np.sqrt(sq)
+    avg += op.eps
+    if op.momentum != 0.0:
+        buf = rest[0] * op.momentum
+        buf += grad / avg
+        outs[0] = (param - buf * op.lr).astype(param.dtype, copy=False)
+        outs.append(buf)
+    else:
+        outs[0] = (param - grad / avg * op.lr).astype(param.dtype, copy=False)
+    if op.centered:
+        outs.append(g_avg)
+    return tuple(outs)
+
+
+class RMSprop(Optimizer):
+    r"""Implements the RMSprop algorithm (Tieleman and Hinton, lecture 6.5 of "Neural Networks for
+    Machine Learning", 2012), as PyTorch defines it.
+
+    MegEngine 1.13 has no RMSprop; this one follows ``torch.optim.RMSprop``: its arguments,
+    defaults and state names (``square_avg``, ``step``, ``momentum_buffer``, ``grad_avg``).
+    With ``g`` the gradient plus ``weight_decay * param``:
+
+    .. code-block:: text
+
+        v = alpha * v + (1 - alpha) * g * g
+        c = alpha * c + (1 - alpha) * g;  avg = sqrt(v - c * c) + eps      (centered)
+        avg = sqrt(v) + eps                                                 (otherwise)
+        b = momentum * b + g / avg;  param = param - lr * b                 (momentum > 0)
+        param = param - lr * g / avg                                        (otherwise)
+
+    Args:
+        params: iterable of parameters to optimize or dicts defining parameter groups.
+        lr: learning rate. Default: 1e-2
+        alpha: smoothing constant of the running average of squared gradients. Default: 0.99
+        eps: term added to the denominator to improve numerical stability. Default: 1e-8
+        weight_decay: weight decay (L2 penalty). Default: 0
+        momentum: momentum factor. Default: 0
+        centered: normalize by an estimate of the gradient's variance instead of its second
+            moment. Default: False
+
+    Example::
+
+        >>> import mge, mge.optimizer as optim
+        >>> w = mge.Parameter([1.0, 2.0])
+        >>> opt = optim.RMSprop([w], lr=0.01)
+        >>> w.grad = mge.tensor([1.0, -1.0])
+        >>> opt.step().clear_grad()
+        >>> w.numpy().round(4)
+        array([0.9, 2.1], dtype=float32)
+    """
+
+    def __init__(self, params, lr=1e-2, alpha=0.99, eps=1e-8, weight_decay=0.0, momentum=0.0,
+                 centered=False):
+        if not 0.0 <= lr:
+            raise ValueError("Invalid learning rate: {}".format(lr))
+        if not 0.0 <= eps:
+            raise ValueError("Invalid epsilon value: {}".format(eps))
+        if not 0.0 <= momentum:
+            raise ValueError("Invalid momentum value: {}".format(momentum))
+        if not 0.0 <= weight_decay:
+            raise ValueError("Invalid weight_decay value: {}".format(weight_decay))
+        if not 0.0 <= alpha:
+            raise ValueError("Invalid alpha value: {}".format(alpha))
+
+        defaults = dict(lr=lr, alpha=alpha, eps=eps, weight_decay=weight_decay, momentum=momentum,
+                        centered=centered)
+        super().__init__(params, defaults)
+        self._disable_type_convert = True
+
+    @staticmethod
+    def _state_names(param_group):
+        names = ("square_avg", "step")
+        if param_group["momentum"] != 0.0:
+            names += ("momentum_buffer",)
+        if param_group["centered"]:
+            names += ("grad_avg",)
+        return names
+
+    def _create_state(self, param_group):
+        for param in param_group["params"]:
+            for name in self._state_names(param_group):
+                self._add_state(param, name, initializer=0.0 if name == "step" else None)
+
+    def _updates(self, param_group):
+        op = update_op(
+            RMSpropUpdate, _float(param_group["lr"], "lr"),
+            _float(param_group["alpha"], "alpha"),
+            _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
+            _float(param_group["momentum"], "momentum"), bool(param_group["centered"]),
+        )
+        self._apply_updates(param_group, op, self._state_names(param_group))
