@@ -10,10 +10,11 @@ Recording.  A tensor that a key tracks carries a *slot* (attribute ``_gslot``): 
 that produced it and its output index, chained with the slots of other keys.  ``attach`` gives a
 tensor a slot whose node calls a callback with the tensor's gradient.  While a key records, an op
 with at least one input tracked by that key becomes a node: the op, its input tensors (the rule
-reads them), the inputs' slots, and its outputs (held weakly when there is one, so that no
-reference cycle keeps the tape alive; the outputs of a multi-output op are held, since its rule
-may need one nobody kept, and that cycle is broken by backward or exit); each float output gets
-a slot.  An op none of whose inputs
+reads them), the inputs' slots, and its outputs: a single output is held weakly, so that no
+reference cycle keeps the tape alive, unless the op's rule was registered with
+``keeps_outputs`` (it reads the output: sigmoid, exp, softmax, max pooling...); the outputs of a
+multi-output op are held too, and those cycles are broken by backward or exit.  Each float
+output gets a slot.  An op none of whose inputs
 is tracked costs one attribute read per input.  A tensor holds its slot, a slot its node and a node
 the slots of its inputs, so the tape lives exactly as long as the tensors that can still reach it.
 
@@ -44,6 +45,7 @@ __all__ = [
 
 Tensor = mge.Tensor
 BACKWARD = ops.BACKWARD
+KEEPS_OUTPUTS = ops.base.KEEPS_OUTPUTS
 _Detach = ops.Detach
 _ADD = ops.elemwise_op("add")
 _IDENTITY = ops.Identity()
@@ -178,9 +180,12 @@ class GradTransformation(Transformation):
         for y in outputs:
             if y._info.dtype.kind == "f":  # integer and bool values never get gradients
                 if node is None:
-                    node = _Node(op, inputs,
-                                 _ref(outputs[0]) if len(outputs) == 1 else tuple(outputs),
-                                 in_slots)
+                    keep = KEEPS_OUTPUTS.get(type(op))
+                    if len(outputs) == 1 and (keep is None or not keep(op)):
+                        held = _ref(outputs[0])
+                    else:
+                        held = tuple(outputs)
+                    node = _Node(op, inputs, held, in_slots)
                     tape = key._tape
                     tape.append(_ref(node))
                     if len(tape) > key._tape_limit:

@@ -473,3 +473,34 @@ def _wrong_grad(x):
             return dy * 3
 
     return Wrong()(x)
+
+
+def test_rules_that_read_outputs_get_them_without_recomputing():
+    # sigmoid's, softmax's and max-reduce's rules read the forward output; the grad
+    # transformation keeps it (KEEPS_OUTPUTS), so backward never runs the forward op again.
+    from mge import core
+    from mge.core import Transformation
+    seen = []
+
+    class Counter(Transformation):
+        name = "test_keeps_outputs_counter"
+        position = "before:eval"
+
+        def apply(self, op, inputs, next):
+            seen.append(op.name)
+            return next(op, inputs)
+
+    x = mge.tensor(np.linspace(-1, 1, 6, dtype="float32").reshape(2, 3))
+    gm = GradManager().attach([x])
+    core.register_transformation(Counter())
+    try:
+        with gm:
+            loss = (F.sigmoid(x).sum() + F.softmax(x, axis=1)[:, 0].sum()
+                    + F.max(x * 2, axis=1).sum())
+            seen.clear()
+            gm.backward(loss)
+    finally:
+        core.disable_transformation(Counter.name)
+    assert "Elemwise.sigmoid" not in seen and "Softmax" not in seen, seen
+    assert not any(s.startswith("Reduce.max") for s in seen), seen
+    assert x.grad is not None and np.isfinite(x.grad.numpy()).all()

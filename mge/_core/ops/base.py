@@ -22,13 +22,14 @@ Adding an op is one class plus its rules, in one file of ``mge/_core/ops``.
 import numpy as np
 
 __all__ = [
-    "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "HOST",
+    "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "KEEPS_OUTPUTS", "HOST",
     "def_infer", "def_kernel", "def_backward", "op_error", "unknown",
 ]
 
 INFER = {}
 KERNELS = {"cpu": {}}
 BACKWARD = {}
+KEEPS_OUTPUTS = {}  # cls -> predicate(op): the backward rule reads the forward outputs
 HOST = {}
 
 
@@ -162,15 +163,26 @@ def def_kernel(cls, device="cpu"):
     return deco
 
 
-def def_backward(cls):
+def def_backward(cls, keeps_outputs=False):
     """Decorator: register ``fn(op, inputs, outputs, grads, needs)`` as ``cls``'s backward rule.
 
     See the module docstring for the contract; the grad transformation calls it.
+    ``keeps_outputs`` (a bool, or a predicate ``op -> bool``) says that the rule reads the forward
+    outputs, so the grad transformation keeps them alive until the rule has run; otherwise a
+    single output is held weakly and may reach the rule as ``None``.
     """
     def deco(fn):
         BACKWARD[cls] = fn
+        if keeps_outputs:
+            KEEPS_OUTPUTS[cls] = keeps_outputs if callable(keeps_outputs) else _always
+        else:
+            KEEPS_OUTPUTS.pop(cls, None)
         return fn
     return deco
+
+
+def _always(op):
+    return True
 
 
 def op_error(exc_type, op, message, descs=None):

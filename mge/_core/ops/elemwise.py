@@ -457,7 +457,7 @@ _READS_Y = {"true_div": (1,), "pow": (1,), "mod": (1,), "exp": (0,), "expm1": (0
             "fuse_add_relu": (0, 1)}
 
 
-@def_backward(Elemwise)
+@def_backward(Elemwise, keeps_outputs=lambda op: op.mode in _READS_Y)
 def _elemwise_backward(op, inputs, outputs, grads, needs):
     g = grads[0]
     rules = _GRADS.get(op.mode)

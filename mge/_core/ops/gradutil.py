@@ -53,8 +53,9 @@ def ew(mode, *inputs):
 def output(op, inputs, outputs, i=0):
     """The forward output ``i`` of ``op``, recomputed from ``inputs`` when it is ``None``.
 
-    The grad transformation may no longer hold an output nobody else uses (it keeps a single
-    output weakly), so a rule that reads an output gets it through here.
+    The grad transformation keeps a single output alive only for rules registered with
+    ``keeps_outputs``; a rule that reads an output gets it through here, so that it still works
+    when called with ``None`` for an output (e.g. by a custom caller).
     """
     y = outputs[i]
     if y is None:

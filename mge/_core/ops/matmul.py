@@ -294,7 +294,7 @@ def _dot_backward(op, inputs, outputs, grads, needs):
             fit(ew("mul", g, a), b) if needs[1] and b.dtype.kind == "f" else None]
 
 
-@def_backward(MatInv)
+@def_backward(MatInv, keeps_outputs=True)
 def _matinv_backward(op, inputs, outputs, grads, needs):
     # d(X^-1) = -X^-1 dX X^-1, so dX = -Y^T G Y^T with Y = X^-1.
     x, g = inputs[0], grads[0]

@@ -178,7 +178,7 @@ def _cpu_logsoftmax(op, x):
     return ((z - np.log(np.exp(z).sum(axis=axes, keepdims=True))).astype(x.dtype, copy=False),)
 
 
-@def_backward(Softmax)
+@def_backward(Softmax, keeps_outputs=True)
 def _softmax_grad(op, inputs, outputs, grads, needs):
     # dx = y * (dy - sum(dy * y)) along the softmax axes
     g = grads[0]
@@ -189,7 +189,7 @@ def _softmax_grad(op, inputs, outputs, grads, needs):
     return [gy - y * _sum_keepdims(gy, op.axis)]
 
 
-@def_backward(LogSoftmax)
+@def_backward(LogSoftmax, keeps_outputs=True)
 def _logsoftmax_grad(op, inputs, outputs, grads, needs):
     # dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
     g = grads[0]

@@ -297,7 +297,7 @@ def _pool_output(op, inputs, outputs, g):
     return output(op, inputs, outputs)
 
 
-@def_backward(Pooling)
+@def_backward(Pooling, keeps_outputs=lambda op: op.mode == "max")
 def _pooling_grad(op, inputs, outputs, grads, needs):
     g = grads[0]
     if g is None or not needs[0]:
@@ -306,7 +306,7 @@ def _pooling_grad(op, inputs, outputs, grads, needs):
     return [run(bwd, inputs[0], _pool_output(op, inputs, outputs, g), g)]
 
 
-@def_backward(AdaptivePooling)
+@def_backward(AdaptivePooling, keeps_outputs=lambda op: op.mode == "max")
 def _adaptive_pooling_grad(op, inputs, outputs, grads, needs):
     g = grads[0]
     if g is None or not needs[0]:

@@ -415,7 +415,7 @@ _REDUCE_GRADS = {
 }
 
 
-@def_backward(Reduce)
+@def_backward(Reduce, keeps_outputs=lambda op: op.mode in ("max", "min"))
 def _reduce_backward(op, inputs, outputs, grads, needs):
     x, g = inputs[0], grads[0]
     if g is None or not needs[0] or x.dtype.kind != "f":
