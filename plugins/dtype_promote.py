@@ -150,7 +150,6 @@ class DTypePromoteTransformation(Transformation):
 
     def __init__(self):
         self.rules = _rules()
-        self.op_types = tuple(self.rules)
 
     def apply(self, op, inputs, next):
         return self.rules[type(op)](op, inputs, next)

@@ -55,7 +55,6 @@ class ScalarTransformation(Transformation):
             cls = getattr(ops, cls_name, None)
             if cls is not None:
                 self.rules[cls] = rule
-        self.op_types = tuple(self.rules)
 
     def apply(self, op, inputs, next):
         return self.rules[type(op)](op, inputs, next)

@@ -10,7 +10,7 @@ import pytest
 
 import mge
 import mge.core as core
-from mge.core import Transformation
+from mge.core import Transformation, ops
 
 
 def test_builtin_stack_order():
@@ -215,3 +215,30 @@ def test_op_equality_distinguishes_parameter_types():
     assert Scale(1) != Scale(1.0) and Scale(1) != Scale(True) and Scale(2) == Scale(2)
     assert ops.Reduce("sum", (1, 2)) == ops.Reduce("sum", [1, 2])
     assert ops.Elemwise("add") == ops.Elemwise("ADD") and hash(ops.Elemwise("add")) == hash(ops.Elemwise("add"))
+
+
+def test_rules_table_is_called_directly_for_its_classes():
+    seen = []
+
+    class Table(Transformation):
+        name = "test_rules_table"
+        position = "before:eval"
+
+        def __init__(self):
+            self.rules = {ops.Elemwise: self.elemwise}
+
+        def elemwise(self, op, inputs, next):
+            seen.append(type(op).__name__)
+            return next(op, inputs)
+
+        def apply(self, op, inputs, next):  # never used: the table decides
+            raise AssertionError("apply called")
+
+    core.register_transformation(Table())
+    try:
+        x = mge.tensor([1.0, 2.0])
+        y = (x + 1).reshape(2, 1)
+        assert seen == ["Elemwise"], seen  # the reshape is not in the table
+        assert y.shape == (2, 1)
+    finally:
+        core.disable_transformation("test_rules_table")

@@ -31,6 +31,9 @@ class Transformation:
     * ``name`` -- unique name; a built-in segment's name makes it that segment's transformation.
     * ``position`` -- ``"before:NAME"`` or ``"after:NAME"`` of a segment (ignored for built-ins).
     * ``op_types`` -- ``None`` (every op) or a tuple of op classes this layer looks at.
+    * ``rules`` -- optionally, a table ``{op class: rule(op, inputs, next)}``: the layer looks at
+      exactly those classes (and their subclasses), and the stack calls the rule directly instead
+      of ``apply`` (one call less per op; ``op_types`` is then ignored).
     * ``on_demand`` -- ``True`` if loading must not put it on the stack (a front-end such as
       ``GradManager`` registers it while it records).
 
@@ -41,6 +44,7 @@ class Transformation:
     name = None
     position = None
     op_types = None
+    rules = None
     on_demand = False
 
     def apply(self, op, inputs, next):
@@ -159,9 +163,17 @@ class _Next:
     def resolve(self, cls):
         f = self.eval
         for j in range(self.k, len(self.layers)):
-            types = self.layers[j].op_types
+            layer = self.layers[j]
+            rules = layer.rules
+            if rules is not None:
+                rule = _rule_for(rules, cls)
+                if rule is not None:
+                    f = _layer(rule, self.nexts[j + 1])
+                    break
+                continue
+            types = layer.op_types
             if types is None or issubclass(cls, types):
-                f = _layer(self.layers[j].apply, self.nexts[j + 1])
+                f = _layer(layer.apply, self.nexts[j + 1])
                 break
         self.cache[cls] = f
         return f
@@ -172,6 +184,14 @@ class _Next:
         except KeyError:
             f = self.resolve(type(op))
         return f(op, inputs)
+
+
+def _rule_for(rules, cls):
+    for c in cls.__mro__:
+        rule = rules.get(c)
+        if rule is not None:
+            return rule
+    return None
 
 
 def _layer(apply, nxt):

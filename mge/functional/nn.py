@@ -11,6 +11,7 @@ from .._core.ops import (
     Dropout, IndexingOneHot, LayerNorm, LogSoftmax, MatrixMul, OneHot, Pad, Pooling,
     Reduce, RemoveAxis, Reshape, Softmax, elemwise_op,
 )
+from .._core.ops.rng import next_seed
 from ..tensor import Tensor
 from ..core import apply
 
@@ -514,22 +515,31 @@ def leaky_relu(inp, negative_slope=0.01):
 
 # -- dropout, padding, one-hot -------------------------------------------------------------------
 
-_seed_rng = np.random.default_rng()
-
-
 def _dropout_seed():
-    from .. import random as _random
-    nxt = getattr(_random, "_next_seed", None)
-    if nxt is not None:
-        return int(nxt())
-    return int(_seed_rng.integers(0, 2 ** 63 - 1))
+    # The mask's seed comes from the global RNG handle (0), the stream that ``mge.random.seed``
+    # restarts, so that seeding makes dropout reproducible like every other random op.
+    return next_seed(0)
 
 
 def dropout(inp, drop_prob, training=True):
     """Zero each element with probability ``drop_prob`` and scale the rest by ``1/(1-drop_prob)``.
 
     ``dropout(inp, drop_prob, training=True)``: the identity when ``training`` is false or
-    ``drop_prob`` is 0.
+    ``drop_prob`` is 0.  The mask is drawn from the global random stream, so
+    :func:`mge.random.seed` makes it reproducible.
+
+    Example::
+
+        >>> import numpy as np
+        >>> import mge
+        >>> import mge.functional as F
+        >>> x = mge.tensor(np.ones(6, "float32"))
+        >>> mge.random.seed(7)
+        >>> a = F.nn.dropout(x, 0.5).numpy()
+        >>> mge.random.seed(7)
+        >>> b = F.nn.dropout(x, 0.5).numpy()
+        >>> bool((a == b).all()), sorted(set(a.tolist())) <= [0.0, 2.0]
+        (True, True)
     """
     if not 0 <= drop_prob < 1:
         raise ValueError(f"dropout: drop_prob must be in [0, 1), got {drop_prob}")

@@ -21,7 +21,9 @@ import sys
 import threading
 import warnings
 import weakref
+from time import perf_counter as _perf_counter
 
+import cython
 import numpy as np
 
 from .. import _accel
@@ -30,10 +32,17 @@ from .options import Options
 from .worker import Worker
 
 _accel.guard(__name__)
-MemoryStats = _accel.load("mge._core.channel.memory").MemoryStats
 _h = _accel.load("mge._core.channel.handles")
+_mem = _accel.load("mge._core.channel.memory")
 _cb = _accel.load("mge._core.channel.command_buffer")
-TensorInfo, ComputePath = _h.TensorInfo, _h.ComputePath
+_dtr = _accel.load("mge._core.dtr")
+DynamicSublinear, _is_bad_op = _dtr.DynamicSublinear, _dtr.is_bad_op
+if cython.compiled:  # the C types, so that the per-op path reads fields as struct members
+    from cython.cimports.mge._core.channel.handles_c import ComputePath, TensorInfo
+    from cython.cimports.mge._core.channel.memory_c import MemoryStats
+else:
+    TensorInfo, ComputePath = _h.TensorInfo, _h.ComputePath
+    MemoryStats = _mem.MemoryStats
 SWAP, DROP, NONE = _h.SWAP, _h.DROP, _h.NONE
 Command, CommandBuffer = _cb.Command, _cb.CommandBuffer
 APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_SCOPE = (
@@ -98,6 +107,7 @@ class Channel:
         self.closed = False
         self.cv = threading.Condition()
         self.memory = MemoryStats()
+        self.dtr = DynamicSublinear()  # DTR's policy and statistics (worker-side state)
         self._init_worker_state()
         self.scopes = []
         self.stats = {"inplace": 0, "fused_dels": 0, "recomputed": 0}
@@ -113,6 +123,7 @@ class Channel:
         # The worker's own copy of the options, changed by SetOption commands in queue order (the
         # seed's worker state): an option set now must not change how already queued ops run.
         self.worker_options = dict(self.options.values)
+        self.dtr_mode = bool(self.worker_options["enable_dtr_auto_drop"])
 
     def _sink(self, cmd):
         if self.inline:
@@ -139,15 +150,16 @@ class Channel:
     def put(self, value, device, no_cache=False):
         """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
         self._check("put")
-        info = TensorInfo(value.shape, value.dtype, device)
+        info: TensorInfo = _new_info(value.shape, value.dtype, device)
         if value.size <= HOST_COMPUTE_SIZE:
             info.h_value = value
         self._produce(info, value, not self.worker.idle)  # the caller's thread
         return info
 
-    def del_(self, info):
+    def del_(self, info_):
         """The user dropped ``info``: its storage may be freed once queued ops are done with it."""
-        if self.closed or info.deleted:
+        info: TensorInfo = info_
+        if info.deleted or self.closed:
             return
         info.deleted = True
         if not info.in_worker:  # never seen by the worker: nothing queued can still read it
@@ -155,7 +167,8 @@ class Channel:
             if v is not None and info.users is None:  # the common case, inline
                 info.value = None
                 info.h_value = None
-                self.memory.release(v, not self.worker.idle)
+                memory: MemoryStats = self.memory
+                memory.release(v, not self.worker.idle)
             else:
                 self._free(info)
         elif _get_ident() == self.worker.tid:
@@ -170,40 +183,44 @@ class Channel:
         """Apply ``op`` to the input infos; returns the output infos at once."""
         if self.closed or _get_ident() == self.worker.tid:
             self._check("apply_op")
+        values = self.options.values
+        host: cython.bint = values["enable_host_compute"]
+        info: TensorInfo
         descs = []
-        host = self.options.values["enable_host_compute"]
-        for i in inputs:
-            if i.error is not None:
+        for info in inputs:
+            if info.error is not None:
                 raise _unusable()
-            if i.deleted:
+            if info.deleted:
                 raise RuntimeError("an input tensor was already deleted")
-            descs.append((i.shape, i.dtype))
-            if i.h_value is None:
+            descs.append((info.shape, info.dtype))
+            if info.h_value is None:
                 host = False
         cls = type(op)
         out_descs = INFER[cls](op, descs)
-        device = op.device if op.sets_device or not inputs else inputs[0].device
+        device = op.device if op.sets_device or not inputs else cython.cast(TensorInfo, inputs[0]).device
+        d: tuple
         if host and inputs:
-            for d in out_descs:
-                shape = d[0]
+            for od in out_descs:
+                shape = cython.cast(tuple, od)[0]  # (TensorDesc is a tuple subclass: no check)
                 if shape is None or _size(shape) > HOST_COMPUTE_SIZE:
                     host = False
                     break
             if host:
                 return self._host_compute(op, cls, inputs, out_descs, device)
         outputs = []
-        size = 0
-        for d in out_descs:
-            outputs.append(TensorInfo(d[0], d[1], device))
+        size: cython.Py_ssize_t = 0
+        for od in out_descs:
+            d = cython.cast(tuple, od)
+            info = _new_info(d[0], d[1], device)
+            info.in_worker = True
+            outputs.append(info)
             size += URGENT_SIZE if d[0] is None else _size(d[0])
-        for i in inputs:
-            i.in_worker = True
-        for o in outputs:
-            o.in_worker = True
+        for info in inputs:
+            info.in_worker = True
         cmd = Command(APPLY, op, list(inputs), outputs)
         cmd.urgent = size >= URGENT_SIZE  # a big kernel: start it now, beside the caller's Python
         self.buffer.enqueue(cmd)
-        level = self.options.values["async_level"]
+        level = values["async_level"]
         if level == 0:
             if self.inline:  # the commands run right here when flushed: nothing to wait for
                 self.buffer.flush()
@@ -213,8 +230,8 @@ class Channel:
             else:
                 self._sync(original=True)
         elif level == 1:
-            for d in out_descs:
-                if d[0] is None:
+            for od in out_descs:
+                if cython.cast(tuple, od)[0] is None:
                     self._sync()
                     break
         return outputs
@@ -226,16 +243,21 @@ class Channel:
             kernel = _CPU_KERNELS.get(cls)
             if kernel is None:
                 kernel = _kernel(op, cls, "cpu")
-        outs = kernel(op, *[i.h_value for i in inputs])
-        locked = not self.worker.idle
-        memory = self.memory
+        info: TensorInfo
+        args = []
+        for info in inputs:
+            args.append(info.h_value)
+        outs = kernel(op, *args)
+        locked: cython.bint = not self.worker.idle
+        memory: MemoryStats = self.memory
         result = []
+        k: cython.Py_ssize_t
         for k in range(len(out_descs)):
-            dtype = out_descs[k][1]
+            dtype = cython.cast(tuple, out_descs[k])[1]
             value = outs[k]
             if type(value) is not _ndarray or value.dtype != dtype:
                 value = _as_array(value, dtype)
-            info = TensorInfo(value.shape, dtype, device)
+            info = _new_info(value.shape, dtype, device)
             info.h_value = value
             info.value = value
             memory.hold(device, value, locked)
@@ -293,6 +315,7 @@ class Channel:
                     if self.worker.finished() and not self.buffer.commands:
                         if info.value is None and info.error is None and info.evict_type == NONE:
                             raise RuntimeError("waiting for a tensor that nothing will produce")
+                        requested = False  # evicted again (DTR) after it was brought back
                         continue
                     self.worker.kick()
                     self.cv.wait()
@@ -448,6 +471,10 @@ class Channel:
                 info.h_value = np.array(info.value)  # a host copy the device buffer can go without
                 self._release(info)
                 info.evict_type = SWAP
+                if self.dtr.entries:
+                    e = self.dtr.get(info)
+                    if e is not None:
+                        self.dtr.erase_candidate(e)
         elif kind == SWAP_IN:
             info = cmd.dest
             if info.value is None and info.evict_type == SWAP:
@@ -457,6 +484,8 @@ class Channel:
         elif kind == SET_OPTION:
             name, value = cmd.value
             self.worker_options[name] = value
+            if name == "enable_dtr_auto_drop":
+                self.dtr_mode = bool(value)
         # PUSH_SCOPE, POP_SCOPE: ordering marks for the profiler; nothing to run
 
     def _do_apply(self, op, inputs, outputs, dels):
@@ -474,6 +503,9 @@ class Channel:
                     with self.cv:
                         self.cv.notify_all()
                 return
+        if self.dtr_mode:  # the one check DTR costs an op while it is off
+            self._dtr_apply(op, inputs, outputs, dels)
+            return
         values = []
         for i in inputs:
             if i.value is None:
@@ -547,6 +579,12 @@ class Channel:
 
     def _free(self, info):
         # The user let go: free the storage; tensors recorded as computed from it no longer can be.
+        dtr = self.dtr
+        if dtr.entries:
+            e = dtr.get(info)
+            if e is not None:
+                self._dtr_free(info, e)
+                return
         if info.users:
             for path in info.users:
                 for o in path.outputs:
@@ -569,29 +607,308 @@ class Channel:
                               "computing path was not recorded (set record_computing_path=1 and "
                               "enable_drop=1 first); this drop is ignored", RuntimeWarning)
             return
+        if self.dtr.entries:
+            e = self.dtr.get(info)
+            if e is not None and e.neighbors is not None:  # recorded under DTR
+                self._evict(e, False)
+                return
         self._release(info)
         info.evict_type = DROP
 
     def _regenerate(self, info):
+        """Give ``info`` its value back: from the host copy, or by recomputing its producer.
+
+        Iterative (the seed recursed): the evicted inputs of a producer are regenerated first, and
+        a chain of thousands of evicted tensors must not hit Python's recursion limit.  The inputs
+        of every producer on the stack are pinned, so that making room for one recomputation never
+        evicts what a pending one needs.
+        """
         if info.evict_type == SWAP:
-            self._produce(info, np.array(info.h_value))
-            info.h_value = None if info.h_value is None or info.h_value.size > HOST_COMPUTE_SIZE else info.h_value
-        elif info.evict_type == DROP:
-            path = info.producer
-            self.stats["recomputed"] += 1
-            values = []
-            for i in path.inputs:
-                if i.value is None:
-                    if i.error is not None:
-                        raise _unusable()
-                    self._regenerate(i)
-                values.append(i.value)
-            outs = _kernel(path.op, type(path.op), info.device.kind)(path.op, *values)
-            for o, value in zip(path.outputs, outs):
-                if o.value is None and o.evict_type == DROP:
-                    self._produce(o, _as_array(value, o.dtype))
-        else:
+            self._swap_back(info)
+            return
+        if info.evict_type != DROP or info.producer is None:
             raise RuntimeError(f"cannot produce {info!r}: it has no value and no way to get one")
+        dtr = self.dtr
+        stack = [info]
+        paths = [None]  # the producer of each tensor on the stack once its inputs are pinned
+        try:
+            while stack:
+                t = stack[-1]
+                path = paths[-1]
+                if path is None:
+                    if t.value is not None:
+                        stack.pop()
+                        paths.pop()
+                        continue
+                    if t.error is not None:
+                        raise _unusable()
+                    if t.evict_type == SWAP:
+                        self._swap_back(t)
+                        stack.pop()
+                        paths.pop()
+                        continue
+                    path = t.producer
+                    if t.evict_type != DROP or path is None:
+                        raise RuntimeError(
+                            f"cannot produce {t!r}: it has no value and no way to get one")
+                    dtr.pin(path.inputs)
+                    paths[-1] = path
+                    inputs = path.inputs
+                    for k in range(len(inputs) - 1, -1, -1):
+                        if inputs[k].value is None:
+                            stack.append(inputs[k])
+                            paths.append(None)
+                    continue
+                if t.value is None:
+                    self._recompute(path)
+                stack.pop()
+                paths.pop()
+                dtr.unpin(path.inputs)
+        except BaseException:
+            for path in paths:
+                if path is not None:
+                    dtr.unpin(path.inputs)
+            raise
+
+    def _swap_back(self, info):
+        self._produce(info, np.array(info.h_value))
+        info.h_value = None if info.h_value is None or info.h_value.size > HOST_COMPUTE_SIZE else info.h_value
+        if self.dtr.entries:
+            e = self.dtr.get(info)
+            if e is not None:
+                self.dtr.resident(e, self.dtr_mode)
+
+    def _recompute(self, path):
+        # The seed's ``recompute``: the producer runs again on its (present, pinned) inputs and
+        # gives back the outputs that were dropped.  Same kernel, same input values: the same bits.
+        dtr = self.dtr
+        if self.dtr_mode and self.worker_options["dtr_eviction_threshold"] > 0:
+            self._auto_evict()
+        op = path.op
+        inputs = path.inputs
+        outputs = path.outputs
+        dtr.touch(inputs)
+        start = _perf_counter()
+        values = []
+        cost = 0
+        for i in inputs:
+            v = i.value
+            values.append(v)
+            cost += v.nbytes
+        outs = _kernel(op, type(op), outputs[0].device.kind)(op, *values)
+        del values
+        self.stats["recomputed"] += 1
+        back = []
+        nbytes = 0
+        for k in range(len(outputs)):
+            o = outputs[k]
+            value = _as_array(outs[k], o.dtype)
+            cost += value.nbytes
+            if o.value is None and o.evict_type == DROP:
+                self._produce(o, value)
+                nbytes += value.nbytes
+                back.append(o)
+        dtr.recomputations += 1
+        dtr.recomputed_bytes += nbytes
+        dtr.recompute_time += _perf_counter() - start
+        for o in back:
+            e = dtr.get(o)
+            if e is not None:
+                dtr.recomputed(e, self.dtr_mode)
+        dtr.advance(cost)
+
+    # -- DTR: the mechanism (the policy is mge/_core/dtr.py) ---------------------------------------
+    def _dtr_apply(self, op, inputs, outputs, dels):
+        # The seed's do_apply_op with enable_dtr_auto_drop: pin the inputs, regenerate the evicted
+        # ones, evict until the budget holds, run the kernel, record how the outputs can be
+        # recomputed.
+        dtr = self.dtr
+        opts = self.worker_options
+        cls = type(op)
+        record = opts["record_computing_path"] and opts["enable_drop"]
+        minimum = opts["dtr_evictee_minimum_size"]
+        # The Dels fused into an op that will be recorded run after it, as unfused ones would:
+        # its inputs must all be there to recompute it, so none of their buffers may be reused
+        # in place.  An op that is not recorded frees them first, and may reuse one (as without
+        # DTR: see _inplace_kernel).
+        early = dels is not None and not (record and _recordable(cls, outputs, minimum))
+        dtr.pin(inputs)
+        try:
+            for i in inputs:
+                if i.value is None:
+                    self._regenerate(i)
+            dtr.touch(inputs)
+            if opts["dtr_eviction_threshold"] > 0:
+                self._auto_evict()
+            values = []
+            for i in inputs:
+                values.append(i.value)
+            cost = _nbytes(values)
+            kernel = None
+            if early:
+                for d in dels:
+                    self._free(d)
+                kernel = self._inplace_kernel(op, cls, inputs, values, outputs, dels)
+            if kernel is None:
+                outs = _kernel(op, cls, outputs[0].device.kind if outputs else "cpu")(op, *values)
+            else:
+                outs = kernel()
+            del values
+        finally:
+            dtr.unpin(inputs)
+        for k in range(len(outputs)):
+            info = outputs[k]
+            value = _as_array(outs[k], info.dtype)
+            cost += value.nbytes
+            # produced even if the user already let go: queued commands may still read it
+            self._produce(info, value)
+        if record:
+            self._dtr_record(op, inputs, outputs, cost, minimum)
+        dtr.advance(cost)
+        if dels:
+            self.stats["fused_dels"] += len(dels)
+            if not early:
+                for d in dels:
+                    self._free(d)
+
+    def _dtr_record(self, op, inputs, outputs, cost, minimum):
+        # The seed's ComputePath::make under DTR: not for bad ops (random numbers, updates in
+        # place), not across devices, not when an output shares an input's storage (a view, or an
+        # input returned as is: evicting it frees nothing and it has no computation of its own);
+        # outputs of at most ``minimum`` bytes get no producer (never evicted).
+        if _is_bad_op(type(op)):
+            return
+        dtr = self.dtr
+        device = dtr.device
+        if device is None:
+            device = outputs[0].device if outputs else None
+        owners = []
+        for i in inputs:
+            if i.device != device:
+                return
+            owners.append(_owner(i.value))
+        kept = None
+        sizes = None
+        for o in outputs:
+            if o.device != device:
+                return
+            own = _owner(o.value)
+            for w in owners:
+                if w is own:
+                    return
+            if own.nbytes > minimum:
+                if kept is None:
+                    kept = [o]
+                    sizes = [float(own.nbytes)]
+                else:
+                    kept.append(o)
+                    sizes.append(float(own.nbytes))
+        if kept is None:
+            return
+        path = ComputePath(op, list(inputs), list(outputs))
+        for o in kept:
+            o.producer = path
+        seen = []
+        for i in inputs:
+            if i in seen:
+                continue
+            seen.append(i)
+            if i.users is None:
+                i.users = [path]
+            else:
+                i.users.append(path)
+        dtr.record(inputs, kept, sizes, cost)
+
+    def _auto_evict(self):
+        # The seed's auto_evict: while the device's used memory (its live tensor bytes, exact on
+        # the CPU) is over the budget, evict the candidate with the smallest score.
+        dtr = self.dtr
+        device = dtr.device
+        if device is None:
+            return
+        memory = self.memory
+        threshold = self.worker_options["dtr_eviction_threshold"]
+        used = memory.allocated(device)
+        if used <= threshold:
+            return
+        sqrt_sampling = self.worker_options["enable_dtr_sqrt_sampling"]
+        skipped = None
+        try:
+            while used > threshold:
+                e = dtr.find_best(sqrt_sampling)
+                if e is None:
+                    if not dtr.warn_printed:
+                        dtr.warn_printed = True
+                        warnings.warn(
+                            f"No tensors on {device} can be evicted automatically when memory "
+                            f"usage is {used / 1048576.0:.0f}MB. Maybe memory budget is too small.",
+                            RuntimeWarning)
+                    break
+                if memory.holders(e.info.value) > 1:
+                    # Another tensor (a view) holds its buffer: evicting it would free nothing.
+                    # Pinned for the rest of this round (seed: evicted anyway).
+                    e.pinned += 1
+                    if skipped is None:
+                        skipped = [e]
+                    else:
+                        skipped.append(e)
+                    continue
+                self._evict(e, True)
+                used = memory.allocated(device)
+        finally:
+            if skipped is not None:
+                for e in skipped:
+                    e.pinned -= 1
+
+    def _evict(self, e, auto):
+        info = e.info
+        self._release(info)
+        info.evict_type = DROP
+        self.dtr.evicted(e, auto)
+
+    def _dtr_free(self, info, e):
+        # The seed's free under DTR.  Live tensors recorded as computed from it may need it for a
+        # recomputation: evict it (keep it, when it cannot be recomputed) until the last of them
+        # goes.  Otherwise free it and, with it, the inputs that were kept only for it.
+        if e.ref_cnt > 0:
+            e.allow_delete = True
+            if (info.value is not None and info.evict_type == NONE and e.neighbors is not None
+                    and not (self.dtr_mode and self.worker_options["dtr_eviction_threshold"] > 0
+                             and e.slot >= 0)):
+                self._evict(e, False)
+            return
+        dtr = self.dtr
+        stack = [info]
+        while stack:  # the seed's recursive_free, without the recursion
+            x = stack.pop()
+            users = x.users
+            if users:
+                # seed: detach_users.  Outputs recomputable from it are regenerated while it still
+                # exists and stop being recomputable.
+                x.users = None
+                for path in users:
+                    for o in path.outputs:
+                        if o.producer is path:
+                            if o.value is None and o.evict_type == DROP:
+                                self._regenerate(o)
+                            o.producer = None
+                            dead = dtr.detach(o, path.inputs)
+                            if dead is not None:
+                                for d in dead:
+                                    if d is not x:
+                                        stack.append(d)
+                    _unlink_path(path)
+            path = x.producer
+            if path is not None:
+                x.producer = None
+                dead = dtr.detach(x, path.inputs)
+                if dead is not None:
+                    stack.extend(dead)
+                _unlink_path(path)
+            dtr.forget(x)
+            self._release(x)
+            x.h_value = None
+            x.evict_type = NONE
 
     # -- fork ------------------------------------------------------------------------------------
     def _after_fork_in_child(self):
@@ -607,6 +924,60 @@ class Channel:
         self.cv = threading.Condition()
         self.memory.reset_lock()
         self._init_worker_state()
+
+
+@cython.cfunc
+def _new_info(shape, dtype, device) -> TensorInfo:
+    # TensorInfo(shape, dtype, device) without the Python-level call (the other fields start as
+    # None / 0 / False, as __init__ sets them).
+    if not cython.compiled:
+        return TensorInfo(shape, dtype, device)
+    info: TensorInfo = TensorInfo.__new__(TensorInfo)
+    info.shape = shape
+    info.dtype = dtype
+    info.device = device
+    return info
+
+
+def _owner(arr):
+    # the array that owns the buffer of ``arr`` (a view's base, followed to the end)
+    base = arr.base
+    while isinstance(base, _ndarray):
+        arr = base
+        base = arr.base
+    return arr
+
+
+def _nbytes(values):
+    n = 0
+    for v in values:
+        n += v.nbytes
+    return n
+
+
+def _recordable(cls, outputs, minimum):
+    # Whether _dtr_record may record an op of class ``cls`` (an output of unknown shape may be
+    # large enough).
+    if _is_bad_op(cls):
+        return False
+    for o in outputs:
+        shape = o.shape
+        if shape is None or _size(shape) * o.dtype.itemsize > minimum:
+            return True
+    return False
+
+
+def _unlink_path(path):
+    # A producer none of whose outputs can be recomputed from it any more: its inputs forget it
+    # (a long-lived input, such as the data of every step, would collect them all otherwise).
+    for o in path.outputs:
+        if o.producer is path:
+            return
+    for i in path.inputs:
+        users = i.users
+        if users:
+            kept = [u for u in users if u is not path]
+            i.users = kept if kept else None
 
 
 def _uses(inputs, info):

@@ -3,6 +3,10 @@
 A handle *is* its ``TensorInfo``.  The description (shape, dtype, device) is known at dispatch
 time whenever the op's rule can tell; ``value`` is the device storage once produced (a numpy array
 on the CPU).  Compiled, these are C structs (Cython ``cclass``); in pure-Python mode plain classes.
+
+The C fields are declared in ``handles.pxd`` (add a field there, not here: Cython refuses
+attributes declared in both).  ``handles_c.pxd`` includes it under the compiled module's name, so
+that ``channel.py`` can ``cimport`` the types and read the fields as struct members.
 """
 import cython
 
@@ -16,21 +20,15 @@ DROP = 2   # dropped: recompute from ``producer``
 
 @cython.cclass
 class TensorInfo:
-    """One tensor in the channel: description, storage, producer and state."""
+    """One tensor in the channel: description, storage, producer and state.
 
-    shape = cython.declare(object, visibility="public")     # tuple, or None while unknown
-    dtype = cython.declare(object, visibility="public")     # numpy dtype
-    device = cython.declare(object, visibility="public")    # CompNode
-    value = cython.declare(object, visibility="public")     # device storage, None until produced
-    h_value = cython.declare(object, visibility="public")   # host copy: tiny values, swapped out
-    producer = cython.declare(object, visibility="public")  # ComputePath when recorded
-    users = cython.declare(list, visibility="public")       # ComputePaths that read this tensor
-    error = cython.declare(object, visibility="public")     # why this tensor is unusable
-    name = cython.declare(object, visibility="public")
-    evict_type = cython.declare(cython.int, visibility="public")
-    in_worker = cython.declare(cython.bint, visibility="public")  # an op for the worker reads it
-    deleted = cython.declare(cython.bint, visibility="public")
-    __weakref__ = cython.declare(object)
+    Attributes (C fields when compiled, declared in ``handles.pxd``): ``shape`` (tuple, or None
+    while unknown), ``dtype`` (numpy dtype), ``device`` (CompNode), ``value`` (device storage,
+    None until produced), ``h_value`` (host copy: tiny values, swapped out), ``producer``
+    (ComputePath when recorded), ``users`` (ComputePaths that read this tensor), ``error`` (why
+    this tensor is unusable), ``name``, ``evict_type``, ``in_worker`` (an op for the worker reads
+    it), ``deleted``.
+    """
 
     def __init__(self, shape, dtype, device):
         self.shape = shape
@@ -68,10 +66,6 @@ class TensorInfo:
 @cython.cclass
 class ComputePath:
     """How a tensor was produced: ``op`` applied to ``inputs`` gave ``outputs`` (for recompute)."""
-
-    op = cython.declare(object, visibility="public")
-    inputs = cython.declare(list, visibility="public")
-    outputs = cython.declare(list, visibility="public")
 
     def __init__(self, op, inputs, outputs):
         self.op = op

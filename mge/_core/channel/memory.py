@@ -4,6 +4,8 @@ A tensor's value may be a view of another tensor's buffer (reshape, broadcast, d
 storage), so the counter is kept per *buffer*: a buffer counts once, from the first tensor that
 holds it until the last one lets go.  Both the caller's thread (tiny host-computed values) and the
 worker produce values, so updates take a lock.
+
+The C layout is declared in ``memory.pxd`` (``memory_c.pxd`` includes it for cimports).
 """
 import threading
 
@@ -29,12 +31,12 @@ def _owner(arr):
 
 @cython.cclass
 class MemoryStats:
-    """Bytes of live tensor storage, current and peak, per device (keyed by physical name)."""
+    """Bytes of live tensor storage, current and peak, per device (keyed by physical name).
 
-    _lock = cython.declare(object, visibility="public")
-    _buffers = cython.declare(dict)   # id(owner) -> [owner, holders, nbytes, device key]
-    _current = cython.declare(dict)   # device key -> bytes
-    _peak = cython.declare(dict)      # device key -> bytes
+    C fields (``memory.pxd``): ``_buffers`` (id(owner) -> [owner, holders, nbytes, device key]),
+    ``_current`` and ``_peak`` (device key -> bytes), ``_lock``.  ``hold`` and ``release`` are
+    ``cpdef``: the channel calls them in C on every op.
+    """
 
     def __init__(self):
         self._lock = threading.Lock()
@@ -42,7 +44,8 @@ class MemoryStats:
         self._current = {}
         self._peak = {}
 
-    def hold(self, device, arr, locked=True):
+    @cython.ccall
+    def hold(self, device, arr, locked: cython.bint = True):
         """A tensor on ``device`` now holds ``arr``.
 
         ``locked=False`` is for the caller's thread while the worker sleeps: nobody else can touch
@@ -69,7 +72,8 @@ class MemoryStats:
             if locked:
                 lock.release()
 
-    def release(self, arr, locked=True):
+    @cython.ccall
+    def release(self, arr, locked: cython.bint = True):
         """A tensor let go of ``arr``; returns the bytes freed (0 while others still hold it)."""
         key = id(arr if arr.base is None else _owner(arr))
         lock = self._lock

@@ -617,7 +617,7 @@ def _grad_dimshuffle(op, inputs, outputs, grads, needs):
     g = grads[0]
     axes = [p for p in op.pattern if p != "x"]
     if len(axes) != len(op.pattern):  # drop the new axes first
-        g = reshape(g, tuple(s for s, p in zip(outputs[0].shape, op.pattern) if p != "x"))
+        g = reshape(g, tuple(s for s, p in zip(g.shape, op.pattern) if p != "x"))
     inverse = tuple(int(a) for a in np.argsort(axes))
     if inverse != tuple(range(len(axes))):
         g = gu.run(gu.cached_op(Dimshuffle, inverse), g)
@@ -764,7 +764,7 @@ def _grad_diag(op, inputs, outputs, grads, needs):
     # The diagonal of an (r, c) matrix is a strided slice of its flat form: write g there.
     from .indexing import SetSubtensor  # indexing.py imports this module
     r, c = x.shape
-    n = outputs[0].shape[0]
+    n = g.shape[0]  # the output's length (a single output may reach the rule as None)
     start = op.k if op.k >= 0 else -op.k * c
     stop = start + (n - 1) * (c + 1) + 1 if n else start
     put = gu.cached_op(SetSubtensor, (("slice", start, stop, c + 1),))
