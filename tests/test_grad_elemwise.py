@@ -391,3 +391,13 @@ def test_copy_sends_the_gradient_back_to_the_input_device():
     gx = BACKWARD[Copy](op, [x], [y], [g], [True])[0]
     assert gx.device == x.device
     np.testing.assert_array_equal(gx.numpy(), [3, 4])
+
+
+def test_switch_gt0_keeps_zero_where_the_gradient_is_not_finite():
+    # The fast kernel multiplies by the mask; inf * 0 would be nan, so non-finite dy takes the
+    # exact x > 0 ? dy : 0 path.
+    x = np.array([1.0, -1.0, 0.0, 2.0], "float32")
+    dy = np.array([np.inf, np.inf, np.nan, 3.0], "float32")
+    from mge._core.ops import elemwise_op
+    out = mge.core.apply(elemwise_op("switch_gt0"), mge.tensor(x), mge.tensor(dy))[0].numpy()
+    np.testing.assert_array_equal(out, np.where(x > 0, dy, 0).astype("float32"))

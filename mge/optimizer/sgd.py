@@ -1,4 +1,6 @@
 """``SGD``: stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
+import numpy as np
+
 from .._core.ops.base import def_kernel
 from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
 
@@ -20,8 +22,15 @@ def _cpu_sgd(op, param, grad, *buf):
         v = buf[0] * op.momentum
         v += grad
         grad = grad + v * op.momentum if op.nesterov else v
-        return (param - grad * op.lr).astype(param.dtype, copy=False), v.astype(buf[0].dtype, copy=False)
-    return ((param - grad * op.lr).astype(param.dtype, copy=False),)
+        return _step(param, grad, op.lr), v.astype(buf[0].dtype, copy=False)
+    return (_step(param, grad, op.lr),)
+
+
+def _step(param, grad, lr):
+    # param - lr * grad with one temporary, which becomes the result
+    out = np.multiply(grad, -lr)
+    out += param
+    return out.astype(param.dtype, copy=False)
 
 
 class SGD(Optimizer):

@@ -117,6 +117,15 @@ def _abs_grad(x, dy):
     return _like(np.where(x > 0, dy, -dy), dy)
 
 
+def _switch_gt0(x, dy):
+    # x > 0 ? dy : 0 (relu's backward).  A multiply by the mask is several times faster than
+    # np.where; it differs only where dy is inf/nan and x <= 0 (inf * 0 is nan), so those take
+    # the exact path.
+    if np.isfinite(dy).all():
+        return np.multiply(dy, x > 0).astype(dy.dtype, copy=False)
+    return np.where(x > 0, dy, 0).astype(dy.dtype, copy=False)
+
+
 def _sigmoid_grad(y, dy):  # y = sigmoid(x)
     return y * (1 - y) * dy
 
@@ -195,7 +204,7 @@ _CPU = {
     "bit_or": np.bitwise_or, "bit_xor": np.bitwise_xor, "bit_not": np.invert,
     # fused forms (what MegEngine's graph optimizer produces; handy for backward rules)
     "fuse_add_relu": lambda a, b: np.maximum(a + b, 0),
-    "switch_gt0": lambda x, dy: np.where(x > 0, dy, 0).astype(dy.dtype, copy=False),
+    "switch_gt0": _switch_gt0,
     "cond_leq_mov": lambda a, b, c: np.where(a <= b, c, 0).astype(c.dtype, copy=False),
     "cond_lt_mov": lambda a, b, c: np.where(a < b, c, 0).astype(c.dtype, copy=False),
     # fused backward modes: the first input is the forward input x (or output y), the second dy
