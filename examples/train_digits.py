@@ -82,13 +82,19 @@ def _feature(module, flag):
     """Import ``megengine.<module>``, or raise FeatureMissing naming the flag."""
     name = f"{megengine.__name__}.{module}"
     try:
-        return importlib.import_module(name)
+        mod = importlib.import_module(name)
     except ModuleNotFoundError as exc:
         if exc.name is None or not name.startswith(exc.name):
             raise      # the module is there but something it imports is not: a real error
         raise FeatureMissing(
             f"{flag} needs {name}, which this version of {megengine.__name__} does not have yet "
             f"({exc}); run without {flag}") from None
+    pending = getattr(mod, "_PENDING", None)  # mge's placeholder modules of features to come
+    if pending:
+        raise FeatureMissing(
+            f"{flag} needs {name}, which this version of {megengine.__name__} does not have yet "
+            f"({pending} is not implemented); run without {flag}")
+    return mod
 
 
 def load_data(seed, limit=None):
