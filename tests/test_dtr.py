@@ -325,6 +325,16 @@ def test_no_inplace_reuse_of_a_freed_input_under_dtr():
     assert ch.stats["inplace"] == inplace
 
 
+def test_ops_that_are_not_recorded_still_reuse_a_freed_input_in_place():
+    mge.dtr.evictee_minimum_size = "1MB"   # 16 KB outputs: never recorded
+    mge.dtr.enable()
+    x = mge.tensor(np.random.rand(N).astype("float32"))
+    inplace = ch.stats["inplace"]
+    y = F.exp(x) * 2
+    np.testing.assert_array_equal(y.numpy(), np.exp(x.numpy()) * np.float32(2))
+    assert ch.stats["inplace"] == inplace + 1
+
+
 def test_reading_an_evicted_tensor_while_ops_are_queued():
     x = mge.tensor(np.random.rand(N).astype("float32"))
     _dtr(_base() + 6 * 4 * N)
@@ -422,3 +432,87 @@ def test_enable_and_disable_set_megengines_options():
 def test_module_docstring_examples():
     result = doctest.testmod(importlib.import_module("mge.dtr"), optionflags=doctest.NORMALIZE_WHITESPACE)
     assert result.attempted > 0 and result.failed == 0
+
+
+# == the policy on its own (mge/_core/dtr.py) ========================================================
+class _Info:
+    device = "cpu0"
+
+
+def _policy_with_chain(n, cost=100.0, nbytes=2.0 ** 20):
+    """A chain t0 -> t1 -> ... -> tn recorded in a fresh policy; returns it and the infos."""
+    from mge._core import _accel
+    dtr = _accel.load("mge._core.dtr").DynamicSublinear()
+    infos = [_Info() for _ in range(n + 1)]
+    for k in range(1, n + 1):
+        dtr.record([infos[k - 1]], [infos[k]], [nbytes], cost)
+        dtr.advance(cost)
+    return dtr, infos
+
+
+def test_policy_scores_with_megengines_formula():
+    dtr, infos = _policy_with_chain(3)
+    e = dtr.get(infos[1])
+    now, last = dtr.clock, e.last_used
+    expected = (100.0 + 1e-3) * 1.0001 ** 0 / (1.0 * (now - last + 1e-3))
+    assert dtr.score(e) == pytest.approx(expected)
+    e.recompute_times = 5
+    assert dtr.score(e) == pytest.approx(expected * 1.0001 ** 5)
+
+
+def test_policy_joins_an_evicted_chain_into_one_component():
+    dtr, infos = _policy_with_chain(6)
+    for k in (2, 3, 4):                 # evicted in an order that joins them through children
+        dtr.evicted(dtr.get(infos[k]), True)
+    # t1 and t5 border the component {t2, t3, t4}: evicting either costs all three again
+    assert dtr.neighbor_cost(dtr.get(infos[1])) == pytest.approx(300.0)
+    assert dtr.neighbor_cost(dtr.get(infos[5])) == pytest.approx(300.0)
+    assert dtr.neighbor_cost(dtr.get(infos[6])) == 0.0
+    dtr.recomputed(dtr.get(infos[3]), True)   # back: its cost leaves the component
+    assert dtr.neighbor_cost(dtr.get(infos[1])) == pytest.approx(200.0)
+    assert dtr.get(infos[3]).recompute_times == 1
+    st = dtr.stats()
+    assert st["evictions"] == 3 and st["evicted_bytes"] == 3 * 2 ** 20
+
+
+def test_policy_choice():
+    dtr, infos = _policy_with_chain(50)
+    cands = [dtr.get(i) for i in infos[1:]]
+    assert len(dtr.candidates) == 50
+    best = dtr.find_best(False)
+    assert best is min(cands, key=dtr.score)
+    assert best is dtr.get(infos[1])      # the stalest: used longest ago
+    best.pinned += 1                      # pinned: never chosen
+    assert dtr.find_best(False) is dtr.get(infos[2])
+    cands[30].allow_delete = True         # released tensors go first
+    assert dtr.find_best(False) is cands[30]
+    for e in cands:
+        e.pinned += 1
+    assert dtr.find_best(False) is None and dtr.find_best(True) is None
+    cands[40].pinned = 0                  # a sample of pinned tensors falls back to all of them
+    assert dtr.find_best(True) is cands[40]
+
+
+def test_policy_sqrt_sampling_draws_a_sample():
+    dtr, infos = _policy_with_chain(400)
+    ranked = sorted(dtr.candidates, key=dtr.score)
+    picks = [dtr.find_best(True) for _ in range(30)]
+    assert all(p is not None and p.slot >= 0 for p in picks)
+    assert len({id(p) for p in picks}) > 5          # random samples of 20 out of 400
+    # the best of 20 random candidates is almost always among the best quarter
+    ranks = sorted(ranked.index(p) for p in picks)
+    assert ranks[len(ranks) // 2] < 100
+    assert dtr.find_best(False) is ranked[0]
+
+
+def test_policy_candidates_set_is_constant_time():
+    dtr, infos = _policy_with_chain(10)
+    e = dtr.get(infos[4])
+    dtr.erase_candidate(e)
+    assert e.slot == -1 and e not in dtr.candidates and len(dtr.candidates) == 9
+    assert all(dtr.candidates[k].slot == k for k in range(9))
+    dtr.insert_candidate(e)
+    dtr.insert_candidate(e)
+    assert len(dtr.candidates) == 10 and dtr.candidates[e.slot] is e
+    dtr.clear_candidates()
+    assert not dtr.candidates and e.slot == -1

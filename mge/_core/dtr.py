@@ -29,7 +29,7 @@ _accel.guard(__name__)
 
 __all__ = ["DsuNode", "Entry", "DynamicSublinear", "register_bad_op", "is_bad_op"]
 
-_MB = 1048576.0
+_MB = cython.declare(cython.double, 1048576.0)  # a C constant when compiled
 
 
 @cython.cclass
@@ -133,7 +133,7 @@ def _find(node) -> DsuNode:
 class DynamicSublinear:
     """The candidates, the logical clock, the union-find and the statistics of one channel."""
 
-    entries = cython.declare(dict, visibility="public")     # TensorInfo -> Entry
+    entries = cython.declare(dict, visibility="readonly")   # TensorInfo -> Entry (never rebound)
     candidates = cython.declare(list, visibility="public")  # resident, recomputable, evictable
     clock = cython.declare(cython.double, visibility="public")
     device = cython.declare(object, visibility="public")    # the device DTR manages

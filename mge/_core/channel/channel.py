@@ -14,6 +14,9 @@ MegEngine's interpreter channel (seed ``003``), on a worker thread:
   ``async_level=0`` the original error is raised by the call that caused it.
 * ``_swap_out``/``_swap_in`` move a value to host memory and back; ``_drop`` frees it and
   recomputes it from its recorded producer when it is used again.
+* DTR (``mge.dtr``, seed ``003``'s ``DynamicSublinear``): under a memory budget the worker evicts
+  tensors before each op and recomputes them when they are used again (the "DTR" methods below;
+  the policy is ``mge/_core/dtr.py``).
 """
 import atexit
 import os
@@ -108,6 +111,7 @@ class Channel:
         self.cv = threading.Condition()
         self.memory = MemoryStats()
         self.dtr = DynamicSublinear()  # DTR's policy and statistics (worker-side state)
+        self.dtr_entries = self.dtr.entries  # (the same dict for good) empty: no DTR state to keep
         self._init_worker_state()
         self.scopes = []
         self.stats = {"inplace": 0, "fused_dels": 0, "recomputed": 0}
@@ -471,8 +475,8 @@ class Channel:
                 info.h_value = np.array(info.value)  # a host copy the device buffer can go without
                 self._release(info)
                 info.evict_type = SWAP
-                if self.dtr.entries:
-                    e = self.dtr.get(info)
+                if self.dtr_entries:
+                    e = self.dtr_entries.get(info)
                     if e is not None:
                         self.dtr.erase_candidate(e)
         elif kind == SWAP_IN:
@@ -579,9 +583,8 @@ class Channel:
 
     def _free(self, info):
         # The user let go: free the storage; tensors recorded as computed from it no longer can be.
-        dtr = self.dtr
-        if dtr.entries:
-            e = dtr.get(info)
+        if self.dtr_entries:
+            e = self.dtr_entries.get(info)
             if e is not None:
                 self._dtr_free(info, e)
                 return
@@ -607,8 +610,8 @@ class Channel:
                               "computing path was not recorded (set record_computing_path=1 and "
                               "enable_drop=1 first); this drop is ignored", RuntimeWarning)
             return
-        if self.dtr.entries:
-            e = self.dtr.get(info)
+        if self.dtr_entries:
+            e = self.dtr_entries.get(info)
             if e is not None and e.neighbors is not None:  # recorded under DTR
                 self._evict(e, False)
                 return
@@ -673,8 +676,8 @@ class Channel:
     def _swap_back(self, info):
         self._produce(info, np.array(info.h_value))
         info.h_value = None if info.h_value is None or info.h_value.size > HOST_COMPUTE_SIZE else info.h_value
-        if self.dtr.entries:
-            e = self.dtr.get(info)
+        if self.dtr_entries:
+            e = self.dtr_entries.get(info)
             if e is not None:
                 self.dtr.resident(e, self.dtr_mode)
 
@@ -690,11 +693,9 @@ class Channel:
         dtr.touch(inputs)
         start = _perf_counter()
         values = []
-        cost = 0
         for i in inputs:
-            v = i.value
-            values.append(v)
-            cost += v.nbytes
+            values.append(i.value)
+        cost = _nbytes(values)
         outs = _kernel(op, type(op), outputs[0].device.kind)(op, *values)
         del values
         self.stats["recomputed"] += 1
@@ -762,7 +763,7 @@ class Channel:
             cost += value.nbytes
             # produced even if the user already let go: queued commands may still read it
             self._produce(info, value)
-        if record:
+        if record and not early:  # (early: nothing to record, and some inputs are gone)
             self._dtr_record(op, inputs, outputs, cost, minimum)
         dtr.advance(cost)
         if dels:
@@ -867,9 +868,11 @@ class Channel:
         self.dtr.evicted(e, auto)
 
     def _dtr_free(self, info, e):
-        # The seed's free under DTR.  Live tensors recorded as computed from it may need it for a
-        # recomputation: evict it (keep it, when it cannot be recomputed) until the last of them
-        # goes.  Otherwise free it and, with it, the inputs that were kept only for it.
+        # The seed's free under DTR.  While live tensors recorded as computed from it may need it
+        # for a recomputation it stays, *released*: evicted at once (the seed) -- or, while a
+        # budget is set, left as a candidate that is evicted before any other when memory runs
+        # short (see DynamicSublinear.find_best) -- and kept as it is when it cannot be
+        # recomputed.  Otherwise free it and, with it, the released inputs kept only for it.
         if e.ref_cnt > 0:
             e.allow_delete = True
             if (info.value is not None and info.evict_type == NONE and e.neighbors is not None

@@ -1,9 +1,8 @@
 """The channel's options: MegEngine's names, environment variables and defaults, in one table.
 
 The descriptions give MegEngine's meaning.  ``async_level`` is validated (0, 1 or 2); the others
-are converted with ``int()``.  The channel acts on all of them except ``max_recompute_time``,
-``disable_memory_forwarding`` and the ``dtr_*``/``enable_dtr_*`` options, which are stored for the
-DTR issue.
+are converted with ``int()``.  The channel acts on all of them except ``max_recompute_time`` and
+``disable_memory_forwarding``, which are stored only (``mge.dtr`` sets the DTR ones).
 """
 import os
 
