@@ -70,6 +70,9 @@ def parse_args(argv=None):
                    help="train on the first N training images only (quick checks)")
     p.add_argument("--dtr-budget", default=None, metavar="BYTES",
                    help="enable DTR with this eviction threshold, e.g. 2MB or 2097152")
+    p.add_argument("--dtr-min-size", default="16KB", metavar="BYTES",
+                   help="with --dtr-budget: only tensors larger than this are evicted (default "
+                        "16KB: this network's activations are far below MegEngine's 1MB default)")
     p.add_argument("--trace", action="store_true",
                    help="run the training step under megengine.jit.trace(symbolic=True)")
     p.add_argument("--profile", default=None, metavar="DIR",
@@ -172,8 +175,13 @@ def _log(msg, quiet):
     tqdm.write(msg)
 
 
+def _bytes(size):
+    # MegEngine takes bytes or a string such as "2MB" / "1.5GB".
+    return int(size) if str(size).isdigit() else size
+
+
 def train(epochs=8, batch_size=32, lr=0.02, seed=0, limit=None, dtr_budget=None,
-          use_trace=False, profile=None, quiet=False):
+          dtr_min_size="16KB", use_trace=False, profile=None, quiet=False):
     """Train DigitNet; returns the history: per-epoch losses and accuracies, per-step losses,
     the time per step (ms, median over epochs) and the peak tensor memory of the training steps
     (bytes; MegEngine reports 0 on its CPU device)."""
@@ -191,8 +199,8 @@ def train(epochs=8, batch_size=32, lr=0.02, seed=0, limit=None, dtr_budget=None,
         raise UsageError(f"train_digits: batch size {batch_size} is larger than the "
                          f"{len(x_train)} training images")
     if dtr is not None:
-        # MegEngine takes bytes or a string such as "2MB" / "1.5GB".
-        dtr.eviction_threshold = int(dtr_budget) if str(dtr_budget).isdigit() else dtr_budget
+        dtr.eviction_threshold = _bytes(dtr_budget)
+        dtr.evictee_minimum_size = _bytes(dtr_min_size)
         dtr.enable()
 
     model = DigitNet()
@@ -272,6 +280,7 @@ def main(argv=None):
     try:
         history = train(epochs=args.epochs, batch_size=args.batch_size, lr=args.lr,
                         seed=args.seed, limit=args.limit, dtr_budget=args.dtr_budget,
+                        dtr_min_size=args.dtr_min_size,
                         use_trace=args.trace, profile=args.profile, quiet=args.no_progress)
     except FeatureMissing as exc:
         print(f"train_digits: {exc}", file=sys.stderr)
