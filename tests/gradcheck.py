@@ -5,6 +5,10 @@ transformation: for a random cotangent ``c`` of each float output, the rule's in
 equal the central differences of ``sum(c * op(x))`` in float64.  Every float input is
 differentiated unless ``wrt`` names the input positions to check.
 
+``check_dropped_output(op, *arrays)`` checks that the rule gives the same gradients when the grad
+transformation hands it None for the outputs (it recomputes them), and ``case_id`` names an
+``(op, arrays)`` case for pytest.
+
 ``check_grads(fn, *arrays, order=1)`` checks a function end to end, through ``GradManager`` (the
 grad transformation and every rule ``fn`` uses): the gradient of ``sum(c * fn(x))`` against
 central differences, and with ``order=2`` also a second-order gradient through nested managers.
@@ -26,6 +30,14 @@ def _float_positions(arrays):
 
 def numeric_vjp(op, arrays, cotangents, wrt, eps=1e-6):
     """Central differences of ``sum_k <c_k, op(x)_k>`` with respect to each input in ``wrt``."""
+    def objective(args):
+        return sum(float(np.sum(c * y)) for c, y in zip(cotangents, _outputs(op, args))
+                   if c is not None)
+    return _numeric(objective, arrays, wrt, eps)
+
+
+def _numeric(f, arrays, wrt, eps):
+    """Central differences of the scalar function ``f(arrays)`` for each input in ``wrt``."""
     grads = {}
     for i in wrt:
         base = arrays[i]
@@ -37,8 +49,7 @@ def numeric_vjp(op, arrays, cotangents, wrt, eps=1e-6):
                 x[idx] += sign * eps
                 args = list(arrays)
                 args[i] = x
-                outs = _outputs(op, args)
-                vals.append(sum(float(np.sum(c * y)) for c, y in zip(cotangents, outs) if c is not None))
+                vals.append(f(args))
             g[idx] = (vals[0] - vals[1]) / (2 * eps)
         grads[i] = g
     return grads
@@ -78,6 +89,34 @@ def check_vjp(op, *arrays, wrt=None, eps=1e-6, rtol=1e-6, atol=1e-8, seed=0):
     for i in wrt:
         np.testing.assert_allclose(got[i], expected[i], rtol=rtol, atol=atol,
                                    err_msg=f"{op!r}: gradient of input {i}")
+
+
+def check_dropped_output(op, *arrays):
+    """Assert that the rule of ``op`` gives the same gradients when its outputs are None.
+
+    The grad transformation keeps a single output weakly, so a rule may get None for an output it
+    reads and must recompute it.  Float outputs get a cotangent of ones; float inputs are needed.
+    """
+    inputs = [Tensor(a, dtype=a.dtype) for a in arrays]
+    outs = apply(op, *inputs)
+    grads = [Tensor(np.ones(y.shape), dtype=y.dtype) if y.dtype.kind == "f" else None
+             for y in outs]
+    needs = [a.dtype.kind == "f" for a in arrays]
+    rule = BACKWARD[type(op)]
+    kept = rule(op, inputs, list(outs), grads, needs)
+    dropped = rule(op, inputs, [None] * len(outs), grads, needs)
+    for k, d in zip(kept, dropped):
+        assert (k is None) == (d is None)
+        if k is not None:
+            np.testing.assert_allclose(d.numpy(), k.numpy(), rtol=1e-12, atol=1e-12)
+
+
+def case_id(case, label=None):
+    """A pytest id for an ``(op, arrays)`` case: ``label(op)`` (``op.name`` by default), then the
+    input shapes."""
+    op, arrays = case
+    name = op.name if label is None else label(op)
+    return f"{name}-" + "x".join(str(np.shape(a)) for a in arrays)
 
 
 # -- through the grad transformation ---------------------------------------------------------
@@ -138,25 +177,6 @@ def _second_order(fn, arrays, cotangents, vs, wrt):
         if h is not None:
             outer.backward(h)
     return {i: _grad_array(tensors[i], arrays[i]) for i in wrt}
-
-
-def _numeric(f, arrays, wrt, eps):
-    """Central differences of the scalar function ``f(arrays)`` for each input in ``wrt``."""
-    grads = {}
-    for i in wrt:
-        base = arrays[i]
-        g = np.zeros(base.shape, np.float64)
-        for idx in np.ndindex(*base.shape):
-            vals = []
-            for sign in (1, -1):
-                x = base.copy()
-                x[idx] += sign * eps
-                args = list(arrays)
-                args[i] = x
-                vals.append(f(args))
-            g[idx] = (vals[0] - vals[1]) / (2 * eps)
-        grads[i] = g
-    return grads
 
 
 def check_grads(fn, *arrays, order=1, wrt=None, eps=1e-6, rtol=1e-5, atol=1e-7, seed=0):

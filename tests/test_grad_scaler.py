@@ -8,6 +8,7 @@ import mge.functional as F
 import mge.optimizer as optim
 from mge.amp import GradScaler
 from mge.amp.check_non_finite import check_non_finite
+from mge.autodiff import GradManager
 
 
 class FakeGradManager:
@@ -127,19 +128,8 @@ def test_amp_package_keeps_its_switches():
     assert set(mge.amp.__all__) >= {"autocast", "GradScaler"}
 
 
-def _grad_manager():
-    try:
-        from mge.autodiff import GradManager
-        from mge.core import get_plugin
-        get_plugin("grad")
-    except (ImportError, RuntimeError) as e:
-        pytest.skip(f"mge.autodiff.GradManager is not usable yet (the 'grad' plugin): {e}")
-    return GradManager
-
-
 @pytest.mark.filterwarnings("ignore::RuntimeWarning")  # numpy warns about the inf * -inf
 def test_with_grad_manager():
-    GradManager = _grad_manager()
     w = mge.Parameter([1.0, -2.0])
     gm = GradManager().attach([w])
     opt = optim.SGD([w], lr=0.1)

@@ -10,7 +10,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import mge
-from gradcheck import check_vjp, rule_vjp
+from gradcheck import case_id, check_vjp, rule_vjp
 from mge._core.device import as_device
 from mge._core.ops import (
     BACKWARD, AddAxis, Arange, Broadcast, Concat, CondTake, Diag, Dimshuffle, Eye, Fill, Gather,
@@ -92,12 +92,7 @@ CASES = _cases()
 SECOND_ORDER_SKIP = set()
 
 
-def _case_id(case):
-    op, arrays = case
-    return f"{op.name}-" + "x".join(str(a.shape) for a in arrays)
-
-
-@pytest.mark.parametrize("case", CASES, ids=[_case_id(c) for c in CASES])
+@pytest.mark.parametrize("case", CASES, ids=case_id)
 def test_rule_matches_central_differences(case):
     op, arrays = case
     check_vjp(op, *arrays)

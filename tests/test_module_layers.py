@@ -5,6 +5,7 @@ import pytest
 
 import mge
 import mge.module as M
+from mge.autodiff import GradManager
 from helpers import arr
 
 
@@ -363,20 +364,9 @@ def test_small_wrapper_modules():
     assert M.PixelShuffle(2)(mge.tensor(_x((1, 8, 2, 3)))).shape == (1, 2, 4, 6)
 
 
-# -- gradients (needs the grad plugin) ------------------------------------------------------------
-
-def _grad_manager():
-    try:
-        from mge.autodiff import GradManager
-        from mge.core import get_plugin
-        get_plugin("grad")
-    except (ImportError, RuntimeError) as e:
-        pytest.skip(f"autodiff is not available: {e}")
-    return GradManager
-
+# -- gradients -----------------------------------------------------------------------------------
 
 def test_parameters_receive_gradients_of_their_shapes():
-    GradManager = _grad_manager()
     import mge.functional as F
     net = M.Sequential(M.Conv2d(2, 4, 3, padding=1), M.BatchNorm2d(4), M.ReLU(),
                        M.AdaptiveAvgPool2d(1))

@@ -1,5 +1,6 @@
 """``GradScaler``: loss scaling for mixed-precision training (MegEngine's ``amp.GradScaler``)."""
 from .. import functional as F
+from ..autodiff.grad_manager import _as_list
 from .check_non_finite import check_non_finite
 
 __all__ = ["GradScaler"]
@@ -82,19 +83,12 @@ class GradScaler:
             update_scale: Same as :meth:`unscale`'s ``update``. Will be ignored if
                 ``unscale_grad`` is ``False``.
         """
-        # These checks follow GradManager.backward's
-        if y is None:
-            ys = []
-        elif isinstance(y, (tuple, list)):
-            ys = y
-        else:
-            ys = [y]
+        # y and dy as GradManager.backward takes them; the default dy is the scale itself
+        ys = _as_list(y)
         if dy is None:
             dys = [F.full_like(y_, self.scale_factor) for y_ in ys]
-        elif isinstance(dy, (tuple, list)):
-            dys = [dy_ * self.scale_factor for dy_ in dy]
         else:
-            dys = [dy * self.scale_factor]
+            dys = [dy_ * self.scale_factor for dy_ in _as_list(dy)]
 
         gm.backward(y=ys, dy=dys)
 

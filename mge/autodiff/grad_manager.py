@@ -24,6 +24,15 @@ def get_backwarding_grad_manager():
     return backwarding_grad_manager
 
 
+def _as_list(x):
+    """``y`` or ``dy`` of ``backward`` as a list: None is no tensor, a tuple or list is kept."""
+    if x is None:
+        return []
+    if isinstance(x, (tuple, list)):
+        return x
+    return [x]
+
+
 def _plugin():
     return get_plugin("grad")
 
@@ -258,18 +267,8 @@ class GradManager:
         cache = backwarding_grad_manager
         backwarding_grad_manager = self
         try:
-            if y is None:
-                ys = []
-            elif isinstance(y, (tuple, list)):
-                ys = y
-            else:
-                ys = [y]
-            if dy is None:
-                dys = [ones_like(t) for t in ys]
-            elif isinstance(dy, (tuple, list)):
-                dys = dy
-            else:
-                dys = [dy]
+            ys = _as_list(y)
+            dys = [ones_like(t) for t in ys] if dy is None else _as_list(dy)
             self._grad(ys, dys)
             for callback in self._after_backward_callback:
                 callback()

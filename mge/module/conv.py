@@ -37,10 +37,29 @@ def _ntuple(owner, what, value, n, allow_zero):
     return value
 
 
+def _spatial_args(owner, n, kernel_size, stride, padding, dilation):
+    """``kernel_size``, ``stride``, ``padding`` and ``dilation`` as tuples of ``n`` ints, checked
+    (only ``padding`` may be 0)."""
+    return (_ntuple(owner, "kernel_size", kernel_size, n, False),
+            _ntuple(owner, "stride", stride, n, False),
+            _ntuple(owner, "padding", padding, n, True),
+            _ntuple(owner, "dilation", dilation, n, False))
+
+
 def _check_padding_mode(owner, padding_mode):
     if padding_mode not in _PADDING_MODES:
         raise ValueError(f"{owner}: padding_mode must be one of {_PADDING_MODES}, got "
                          f"{padding_mode!r}")
+
+
+def _padded_input(module, owner, inp):
+    """``(inp, padding)`` for the convolution of ``module`` (a ``Conv1d``/``Conv2d``): with a
+    ``padding_mode`` other than ``"zeros"``, ``inp`` is padded here by :func:`pad` and the
+    convolution itself pads nothing."""
+    _check_padding_mode(owner, module.padding_mode)
+    if module.padding_mode == "zeros":
+        return inp, module.padding
+    return pad(inp, module.get_pad_witdth(), module.padding_mode), 0
 
 
 class _ConvNd(Module):
@@ -143,10 +162,8 @@ class Conv1d(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, conv_mode="cross_correlation", compute_mode="default",
                  padding_mode="zeros", **kwargs):
-        kernel_size = _ntuple("Conv1d", "kernel_size", kernel_size, 1, False)[0]
-        stride = _ntuple("Conv1d", "stride", stride, 1, False)[0]
-        padding = _ntuple("Conv1d", "padding", padding, 1, True)[0]
-        dilation = _ntuple("Conv1d", "dilation", dilation, 1, False)[0]
+        kernel_size, stride, padding, dilation = (
+            v[0] for v in _spatial_args("Conv1d", 1, kernel_size, stride, padding, dilation))
         _check_padding_mode("Conv1d", padding_mode)
         self.conv_mode = conv_mode
         self.compute_mode = compute_mode
@@ -168,14 +185,10 @@ class Conv1d(_ConvNd):
         return ((0, 0), (0, 0), (self.padding, self.padding))
 
     def calc_conv(self, inp, weight, bias):
-        _check_padding_mode("Conv1d", self.padding_mode)
+        inp, padding = _padded_input(self, "Conv1d", inp)
         if weight.ndim == 4:
             # F.conv1d takes the grouped weight flat, as (O, I/G, K).
             weight = weight.reshape(self.out_channels, -1, self.kernel_size)
-        padding = self.padding
-        if self.padding_mode != "zeros":
-            inp = pad(inp, self.get_pad_witdth(), self.padding_mode)
-            padding = 0
         return conv1d(inp, weight, bias, self.stride, padding, self.dilation, self.groups,
                       self.conv_mode, self.compute_mode)
 
@@ -215,10 +228,8 @@ class Conv2d(_ConvNd):
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, conv_mode="cross_correlation", compute_mode="default",
                  padding_mode="zeros", **kwargs):
-        kernel_size = _ntuple("Conv2d", "kernel_size", kernel_size, 2, False)
-        stride = _ntuple("Conv2d", "stride", stride, 2, False)
-        padding = _ntuple("Conv2d", "padding", padding, 2, True)
-        dilation = _ntuple("Conv2d", "dilation", dilation, 2, False)
+        kernel_size, stride, padding, dilation = _spatial_args(
+            "Conv2d", 2, kernel_size, stride, padding, dilation)
         _check_padding_mode("Conv2d", padding_mode)
         self.conv_mode = conv_mode
         self.compute_mode = compute_mode
@@ -242,11 +253,7 @@ class Conv2d(_ConvNd):
         return ((0, 0), (0, 0), (ph, ph), (pw, pw))
 
     def calc_conv(self, inp, weight, bias):
-        _check_padding_mode("Conv2d", self.padding_mode)
-        padding = self.padding
-        if self.padding_mode != "zeros":
-            inp = pad(inp, self.get_pad_witdth(), self.padding_mode)
-            padding = 0
+        inp, padding = _padded_input(self, "Conv2d", inp)
         return conv2d(inp, weight, bias, self.stride, padding, self.dilation, self.groups,
                       self.conv_mode, self.compute_mode)
 
@@ -270,10 +277,8 @@ class Conv3d(_ConvNd):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0, dilation=1,
                  groups=1, bias=True, conv_mode="cross_correlation", **kwargs):
-        kernel_size = _ntuple("Conv3d", "kernel_size", kernel_size, 3, False)
-        stride = _ntuple("Conv3d", "stride", stride, 3, False)
-        padding = _ntuple("Conv3d", "padding", padding, 3, True)
-        dilation = _ntuple("Conv3d", "dilation", dilation, 3, False)
+        kernel_size, stride, padding, dilation = _spatial_args(
+            "Conv3d", 3, kernel_size, stride, padding, dilation)
         self.conv_mode = conv_mode
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, 0, dilation,
                          groups, bias, **kwargs)
@@ -329,11 +334,9 @@ class ConvTranspose2d(_ConvNd):
                  output_padding=0, dilation=1, groups=1, bias=True,
                  conv_mode="cross_correlation", compute_mode="default", **kwargs):
         name = type(self).__name__
-        kernel_size = _ntuple(name, "kernel_size", kernel_size, 2, False)
-        stride = _ntuple(name, "stride", stride, 2, False)
-        padding = _ntuple(name, "padding", padding, 2, True)
+        kernel_size, stride, padding, dilation = _spatial_args(
+            name, 2, kernel_size, stride, padding, dilation)
         output_padding = _ntuple(name, "output_padding", output_padding, 2, True)
-        dilation = _ntuple(name, "dilation", dilation, 2, False)
         self.conv_mode = conv_mode
         self.compute_mode = compute_mode
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding,
@@ -370,11 +373,9 @@ class ConvTranspose3d(_ConvNd):
 
     def __init__(self, in_channels, out_channels, kernel_size, stride=1, padding=0,
                  output_padding=0, dilation=1, groups=1, bias=True, **kwargs):
-        kernel_size = _ntuple("ConvTranspose3d", "kernel_size", kernel_size, 3, False)
-        stride = _ntuple("ConvTranspose3d", "stride", stride, 3, False)
-        padding = _ntuple("ConvTranspose3d", "padding", padding, 3, True)
+        kernel_size, stride, padding, dilation = _spatial_args(
+            "ConvTranspose3d", 3, kernel_size, stride, padding, dilation)
         output_padding = _ntuple("ConvTranspose3d", "output_padding", output_padding, 3, True)
-        dilation = _ntuple("ConvTranspose3d", "dilation", dilation, 3, False)
         super().__init__(in_channels, out_channels, kernel_size, stride, padding, output_padding,
                          dilation, groups, bias, **kwargs)
 

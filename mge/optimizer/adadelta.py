@@ -63,6 +63,8 @@ class Adadelta(Optimizer):
         array([0.9968, 2.0032], dtype=float32)
     """
 
+    _STATE_NAMES = ("square_avg", "acc_delta", "step")  # AdadeltaUpdate's state inputs, in order
+
     def __init__(self, params, lr=1.0, rho=0.9, eps=1e-6, weight_decay=0.0):
         assert lr >= 0.0, "Invalid learning rate: {}".format(lr)
         assert rho >= 0.0 and rho <= 1.0, "Invalid rho value: {}".format(rho)
@@ -74,14 +76,11 @@ class Adadelta(Optimizer):
         self._disable_type_convert = True
 
     def _create_state(self, param_group):
-        for param in param_group["params"]:
-            self._add_state(param, "square_avg")
-            self._add_state(param, "acc_delta")
-            self._add_state(param, "step", initializer=0.0)
+        self._add_states(param_group, self._STATE_NAMES)
 
     def _updates(self, param_group):
         op = update_op(
             AdadeltaUpdate, _float(param_group["lr"], "lr"), _float(param_group["rho"], "rho"),
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
         )
-        self._apply_updates(param_group, op, ("square_avg", "acc_delta", "step"))
+        self._apply_updates(param_group, op, self._STATE_NAMES)

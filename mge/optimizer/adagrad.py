@@ -57,6 +57,8 @@ class Adagrad(Optimizer):
         array([0.5, 2.5], dtype=float32)
     """
 
+    _STATE_NAMES = ("square_avg", "step")  # AdagradUpdate's state inputs, in order
+
     def __init__(self, params, lr=1e-2, lr_decay=0.0, eps=1e-10, weight_decay=0.0):
         assert lr >= 0.0, "Invalid learning rate: {}".format(lr)
         assert lr_decay >= 0, "Invalid learning rate decay: {}".format(lr_decay)
@@ -68,9 +70,7 @@ class Adagrad(Optimizer):
         self._disable_type_convert = True
 
     def _create_state(self, param_group):
-        for param in param_group["params"]:
-            self._add_state(param, "square_avg")
-            self._add_state(param, "step", initializer=0.0)
+        self._add_states(param_group, self._STATE_NAMES)
 
     def _updates(self, param_group):
         op = update_op(
@@ -78,4 +78,4 @@ class Adagrad(Optimizer):
             _float(param_group["lr_decay"], "lr_decay"),
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
         )
-        self._apply_updates(param_group, op, ("square_avg", "step"))
+        self._apply_updates(param_group, op, self._STATE_NAMES)

@@ -54,6 +54,7 @@ def _cpu_adam(op, param, grad, exp_avg, exp_avg_sq, step):
 class _AdamBase(Optimizer):
     # The state and the update shared by Adam and AdamW (they differ in the weight decay only).
     _decoupled = False
+    _STATE_NAMES = ("exp_avg", "exp_avg_sq", "step")  # AdamUpdate's state inputs, in order
 
     def __init__(self, params, lr, betas, eps, weight_decay):
         _check_adam_args(lr, betas, weight_decay)
@@ -62,10 +63,7 @@ class _AdamBase(Optimizer):
         self._disable_type_convert = True
 
     def _create_state(self, param_group):
-        for param in param_group["params"]:
-            self._add_state(param, "exp_avg")
-            self._add_state(param, "exp_avg_sq")
-            self._add_state(param, "step", initializer=0.0)
+        self._add_states(param_group, self._STATE_NAMES)
 
     def _updates(self, param_group):
         beta0, beta1 = param_group["betas"]
@@ -75,7 +73,7 @@ class _AdamBase(Optimizer):
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
             self._decoupled,
         )
-        self._apply_updates(param_group, op, ("exp_avg", "exp_avg_sq", "step"))
+        self._apply_updates(param_group, op, self._STATE_NAMES)
 
 
 class Adam(_AdamBase):

@@ -42,6 +42,8 @@ class CosineAnnealingLR(LRScheduler):
         [1.0, 0.8536, 0.5, 0.1464, 0.0]
     """
 
+    _state_keys = ("T_max", "eta_min", "current_epoch")
+
     def __init__(self, optimizer, T_max, eta_min=0.0, current_epoch=-1):
         if isinstance(T_max, bool) or not isinstance(T_max, numbers.Real) or not T_max > 0:
             raise ValueError("T_max should be a positive number of epochs. Got {!r}".format(T_max))
@@ -51,7 +53,7 @@ class CosineAnnealingLR(LRScheduler):
 
     def state_dict(self):
         r"""The scheduler's state: ``T_max``, ``eta_min`` and ``current_epoch``."""
-        return {key: self.__dict__[key] for key in ["T_max", "eta_min", "current_epoch"]}
+        return self._keyed_state()
 
     def load_state_dict(self, state_dict):
         r"""Load the scheduler's state.
@@ -59,14 +61,7 @@ class CosineAnnealingLR(LRScheduler):
         Args:
             state_dict: scheduler state, as returned by :meth:`state_dict`.
         """
-        tmp_dict = {}
-        for key in ["T_max", "eta_min", "current_epoch"]:
-            if key not in state_dict.keys():
-                raise KeyError(
-                    "key '{}'' is not specified in state_dict when loading state dict".format(key)
-                )
-            tmp_dict[key] = state_dict[key]
-        self.__dict__.update(tmp_dict)
+        self._load_keyed_state(state_dict)
 
     def get_lr(self):
         cos = math.cos(math.pi * self.current_epoch / self.T_max)

@@ -18,8 +18,12 @@ class LRScheduler:
             last finished epoch; the groups must then have ``initial_lr`` (from the optimizer's
             saved state dict).
 
-    A subclass implements :meth:`get_lr` (and :meth:`state_dict`/:meth:`load_state_dict`).
+    A subclass implements :meth:`get_lr` (and :meth:`state_dict`/:meth:`load_state_dict`;
+    where its state is a few attributes, named in ``_state_keys``, those two can return
+    :meth:`_keyed_state` and :meth:`_load_keyed_state`).
     """
+
+    _state_keys = ()
 
     def __init__(self, optimizer, current_epoch=-1):
         if not isinstance(optimizer, Optimizer):
@@ -52,6 +56,22 @@ class LRScheduler:
             state_dict: scheduler state.
         """
         raise NotImplementedError
+
+    def _keyed_state(self):
+        """The attributes ``_state_keys`` as a dict (a subclass's :meth:`state_dict`)."""
+        return {key: self.__dict__[key] for key in self._state_keys}
+
+    def _load_keyed_state(self, state_dict):
+        """Set the attributes ``_state_keys`` from ``state_dict``, which must hold every one of
+        them (a subclass's :meth:`load_state_dict`); nothing is set when one is missing."""
+        tmp_dict = {}
+        for key in self._state_keys:
+            if key not in state_dict.keys():
+                raise KeyError(
+                    "key '{}'' is not specified in state_dict when loading state dict".format(key)
+                )
+            tmp_dict[key] = state_dict[key]
+        self.__dict__.update(tmp_dict)
 
     def get_lr(self):
         r"""Compute the current learning rate of every group (a list)."""

@@ -29,6 +29,8 @@ class MultiStepLR(LRScheduler):
         [0.1, 0.1, 0.05, 0.05, 0.025, 0.025]
     """
 
+    _state_keys = ("milestones", "gamma", "current_epoch")
+
     def __init__(self, optimizer, milestones, gamma=0.1, current_epoch=-1):
         if not list(milestones) == sorted(milestones):
             raise ValueError(
@@ -41,11 +43,7 @@ class MultiStepLR(LRScheduler):
 
     def state_dict(self):
         r"""The scheduler's state: ``milestones``, ``gamma`` and ``current_epoch``."""
-        return {
-            key: value
-            for key, value in self.__dict__.items()
-            if key in ["milestones", "gamma", "current_epoch"]
-        }
+        return self._keyed_state()
 
     def load_state_dict(self, state_dict):
         r"""Load the scheduler's state.
@@ -53,15 +51,7 @@ class MultiStepLR(LRScheduler):
         Args:
             state_dict: scheduler state, as returned by :meth:`state_dict`.
         """
-        tmp_dict = {}
-        for key in ["milestones", "gamma", "current_epoch"]:
-            if key not in state_dict.keys():
-                raise KeyError(
-                    "key '{}'' is not specified in state_dict when loading state dict".format(key)
-                )
-            tmp_dict[key] = state_dict[key]
-
-        self.__dict__.update(tmp_dict)
+        self._load_keyed_state(state_dict)
 
     def get_lr(self):
         return [

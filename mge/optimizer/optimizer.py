@@ -193,6 +193,14 @@ class Optimizer(metaclass=ABCMeta):
         assert state_name not in state_dict
         state_dict[state_name] = Tensor(initializer, dtype=dtype, device=param.device, no_cache=True)
 
+    def _add_states(self, param_group, state_names):
+        """:meth:`_add_state` of each of ``state_names`` for every parameter of ``param_group``: a
+        state named ``step`` is a 0-d step counter from 0, the others zeros of the parameter's
+        shape.  ``state_names`` is also what the update op takes (see :meth:`_apply_updates`)."""
+        for param in param_group["params"]:
+            for name in state_names:
+                self._add_state(param, name, initializer=0.0 if name == "step" else None)
+
     @abstractmethod
     def _create_state(self, param_group):
         """Create the state of every parameter of ``param_group`` (with :meth:`_add_state`)."""

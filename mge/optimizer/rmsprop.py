@@ -111,9 +111,7 @@ class RMSprop(Optimizer):
         return names
 
     def _create_state(self, param_group):
-        for param in param_group["params"]:
-            for name in self._state_names(param_group):
-                self._add_state(param, name, initializer=0.0 if name == "step" else None)
+        self._add_states(param_group, self._state_names(param_group))
 
     def _updates(self, param_group):
         op = update_op(

@@ -381,6 +381,18 @@ def _min_a(a, b, y, g):
     return ew("cond_leq_mov", a, b, g)
 
 
+def _x_g(mode):
+    """The rule ``(x, ..., y, g) -> mode(x, g)``, for the first input ``x``.
+
+    It serves an activation whose derivative is a fused mode (``relu6`` -> ``relu6_grad(x, g)``),
+    and the ``dy`` input of a fused mode ``*_grad(x, dy)``: such a mode multiplies ``dy``
+    elementwise by a function of ``x``, so its transpose with respect to ``dy`` is the mode itself.
+    """
+    def rule(x, *rest):
+        return ew(mode, x, rest[-1])
+    return rule
+
+
 _GRADS = {
     # arithmetic
     "add": (lambda a, b, y, g: g, lambda a, b, y, g: g),
@@ -393,7 +405,7 @@ _GRADS = {
     "max": (_max_a, lambda a, b, y, g: ew("cond_lt_mov", a, b, g)),
     "min": (_min_a, lambda a, b, y, g: ew("cond_lt_mov", b, a, g)),
     "neg": (lambda x, y, g: ew("neg", g),),
-    "abs": (lambda x, y, g: ew("abs_grad", x, g),),
+    "abs": (_x_g("abs_grad"),),
     "square": (lambda x, y, g: ew("mul", ew("add", x, x), g),),
     "clip": (_clip_x, lambda x, lo, hi, y, g: ew("cond_lt_mov", x, lo, g), _clip_hi),
     # exp / log family
@@ -416,48 +428,47 @@ _GRADS = {
     "sinh": (lambda x, y, g: ew("mul", g, ew("cosh", x)),),
     "cosh": (lambda x, y, g: ew("mul", g, ew("sinh", x)),),
     "tanh": (lambda x, y, g: ew("tanh_grad", y, g),),
-    "asinh": (lambda x, y, g: ew("asinh_grad", x, g),),
-    "acosh": (lambda x, y, g: ew("acosh_grad", x, g),),
-    "atanh": (lambda x, y, g: ew("atanh_grad", x, g),),
+    "asinh": (_x_g("asinh_grad"),),
+    "acosh": (_x_g("acosh_grad"),),
+    "atanh": (_x_g("atanh_grad"),),
     # activations
-    "relu": (lambda x, y, g: ew("switch_gt0", x, g),),
-    "relu6": (lambda x, y, g: ew("relu6_grad", x, g),),
+    "relu": (_x_g("switch_gt0"),),
+    "relu6": (_x_g("relu6_grad"),),
     "sigmoid": (lambda x, y, g: ew("sigmoid_grad", y, g),),
-    "hsigmoid": (lambda x, y, g: ew("hsigmoid_grad", x, g),),
-    "hswish": (lambda x, y, g: ew("hswish_grad", x, g),),
-    "gelu": (lambda x, y, g: ew("gelu_grad", x, g),),
-    "silu": (lambda x, y, g: ew("silu_grad", x, g),),
-    "softplus": (lambda x, y, g: ew("softplus_grad", x, g),),
+    "hsigmoid": (_x_g("hsigmoid_grad"),),
+    "hswish": (_x_g("hswish_grad"),),
+    "gelu": (_x_g("gelu_grad"),),
+    "silu": (_x_g("silu_grad"),),
+    "softplus": (_x_g("softplus_grad"),),
     "logsigmoid": (lambda x, y, g: ew("softplus_grad", ew("neg", x), g),),
     "erf": (lambda x, y, g: ew("mul", ew("mul", g, _C_ERF),
                                ew("exp", ew("neg", ew("square", x)))),),
     # fused forms
     "fuse_add_relu": (lambda a, b, y, g: ew("switch_gt0", y, g),
                       lambda a, b, y, g: ew("switch_gt0", y, g)),
-    "switch_gt0": (None, lambda x, dy, y, g: ew("switch_gt0", x, g)),
+    "switch_gt0": (None, _x_g("switch_gt0")),
     "cond_leq_mov": (None, None, lambda a, b, c, y, g: ew("cond_leq_mov", a, b, g)),
     "cond_lt_mov": (None, None, lambda a, b, c, y, g: ew("cond_lt_mov", a, b, g)),
     # fused backward modes: their own gradients, for second-order derivatives
-    "abs_grad": (None, lambda x, dy, y, g: ew("abs_grad", x, g)),
+    "abs_grad": (None, _x_g("abs_grad")),
     "sigmoid_grad": (lambda s, dy, y, g: ew("mul", ew("mul", dy, g),
                                             ew("sub", 1.0, ew("add", s, s))),
-                     lambda s, dy, y, g: ew("sigmoid_grad", s, g)),
+                     _x_g("sigmoid_grad")),
     "tanh_grad": (lambda t, dy, y, g: ew("mul", ew("mul", dy, g), ew("mul", t, -2.0)),
-                  lambda t, dy, y, g: ew("tanh_grad", t, g)),
-    "relu6_grad": (None, lambda x, dy, y, g: ew("relu6_grad", x, g)),
-    "hsigmoid_grad": (None, lambda x, dy, y, g: ew("hsigmoid_grad", x, g)),
+                  _x_g("tanh_grad")),
+    "relu6_grad": (None, _x_g("relu6_grad")),
+    "hsigmoid_grad": (None, _x_g("hsigmoid_grad")),
     "hswish_grad": (lambda x, dy, y, g: ew("hsigmoid_grad", x, ew("mul", ew("add", dy, dy), g)),
-                    lambda x, dy, y, g: ew("hswish_grad", x, g)),
+                    _x_g("hswish_grad")),
     "softplus_grad": (lambda x, dy, y, g: ew("sigmoid_grad", ew("sigmoid", x), ew("mul", dy, g)),
-                      lambda x, dy, y, g: ew("softplus_grad", x, g)),
-    "gelu_grad": (_gelu_grad_x, lambda x, dy, y, g: ew("gelu_grad", x, g)),
-    "silu_grad": (_silu_grad_x, lambda x, dy, y, g: ew("silu_grad", x, g)),
-    "asinh_grad": (_asinh_grad_x, lambda x, dy, y, g: ew("asinh_grad", x, g)),
-    "acosh_grad": (lambda x, dy, y, g: _asinh_grad_x(x, dy, y, g, -1.0),
-                   lambda x, dy, y, g: ew("acosh_grad", x, g)),
+                      _x_g("softplus_grad")),
+    "gelu_grad": (_gelu_grad_x, _x_g("gelu_grad")),
+    "silu_grad": (_silu_grad_x, _x_g("silu_grad")),
+    "asinh_grad": (_asinh_grad_x, _x_g("asinh_grad")),
+    "acosh_grad": (lambda x, dy, y, g: _asinh_grad_x(x, dy, y, g, -1.0), _x_g("acosh_grad")),
     "atanh_grad": (lambda x, dy, y, g: ew("mul", ew("mul", ew("add", x, x), ew("mul", dy, g)),
                                           ew("square", ew("atanh_grad", x, 1.0))),
-                   lambda x, dy, y, g: ew("atanh_grad", x, g)),
+                   _x_g("atanh_grad")),
 }
 GRAD_MODES = frozenset(_GRADS)
 # mode -> the inputs whose rule reads the output y (recomputed if the caller dropped it)

@@ -201,15 +201,13 @@ def _logsoftmax_grad(op, inputs, outputs, grads, needs):
 
 # -- one-hot ---------------------------------------------------------------------------------------
 
-@def_infer(IndexingOneHot)
-def _infer_indexing_one_hot(op, descs):
-    if len(descs) != 2:
-        raise op_error(TypeError, op, f"expects 2 inputs (src, index), got {len(descs)}", descs)
-    (xs, dtype), (ixs, idt) = descs
+def _one_hot_axis(op, xs, ixs, idt, descs):
+    """``(axis, index shape)`` of ``IndexingOneHot``/``IndexingSetOneHot`` after checking ``index``
+    against ``src`` (shapes ``ixs`` and ``xs``); ``(None, None)`` while ``xs`` is unknown."""
     if idt.kind not in "iu":
         raise op_error(TypeError, op, "index must be an integer tensor", descs)
     if xs is None:
-        return [TensorDesc(None, dtype)]
+        return None, None
     if not -len(xs) <= op.axis < len(xs):
         raise op_error(ValueError, op, f"axis {op.axis} is out of range for a {len(xs)}-D input",
                        descs)
@@ -218,17 +216,34 @@ def _infer_indexing_one_hot(op, descs):
     if ixs is not None and tuple(ixs) != want:
         raise op_error(ValueError, op, f"index must have shape {want} (src shape without axis "
                        f"{axis}), got {ixs}", descs)
+    return axis, want
+
+
+def _one_hot_index_axis(op, x, index):
+    """The axis the kernels of the one-hot ops index along, once ``index``'s values are in range."""
+    axis = op.axis % x.ndim
+    n = x.shape[axis]
+    if index.size and (index.min() < -n or index.max() >= n):
+        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
+                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
+    return axis
+
+
+@def_infer(IndexingOneHot)
+def _infer_indexing_one_hot(op, descs):
+    if len(descs) != 2:
+        raise op_error(TypeError, op, f"expects 2 inputs (src, index), got {len(descs)}", descs)
+    (xs, dtype), (ixs, idt) = descs
+    axis, _ = _one_hot_axis(op, xs, ixs, idt, descs)
+    if axis is None:
+        return [TensorDesc(None, dtype)]
     out = tuple(xs[:axis]) + ((1,) if op.keepdims else ()) + tuple(xs[axis + 1:])
     return [TensorDesc(out, dtype)]
 
 
 @def_kernel(IndexingOneHot)
 def _cpu_indexing_one_hot(op, x, index):
-    axis = op.axis % x.ndim
-    n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
-                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
+    axis = _one_hot_index_axis(op, x, index)
     y = np.take_along_axis(x, np.expand_dims(index.astype(np.intp), axis), axis)
     return (y if op.keepdims else np.squeeze(y, axis),)
 
@@ -239,18 +254,9 @@ def _infer_indexing_set_one_hot(op, descs):
         raise op_error(TypeError, op, f"expects 3 inputs (src, index, value), got {len(descs)}",
                        descs)
     (xs, dtype), (ixs, idt), (vs, _) = descs
-    if idt.kind not in "iu":
-        raise op_error(TypeError, op, "index must be an integer tensor", descs)
-    if xs is None:
+    axis, want = _one_hot_axis(op, xs, ixs, idt, descs)
+    if axis is None:
         return [TensorDesc(None, dtype)]
-    if not -len(xs) <= op.axis < len(xs):
-        raise op_error(ValueError, op, f"axis {op.axis} is out of range for a {len(xs)}-D input",
-                       descs)
-    axis = op.axis % len(xs)
-    want = tuple(xs[:axis]) + tuple(xs[axis + 1:])
-    if ixs is not None and tuple(ixs) != want:
-        raise op_error(ValueError, op, f"index must have shape {want} (src shape without axis "
-                       f"{axis}), got {ixs}", descs)
     kept = tuple(xs[:axis]) + (1,) + tuple(xs[axis + 1:])
     if vs is not None and tuple(vs) not in (want, kept):
         raise op_error(ValueError, op, f"value must have shape {want} or {kept}, got {vs}", descs)
@@ -259,11 +265,7 @@ def _infer_indexing_set_one_hot(op, descs):
 
 @def_kernel(IndexingSetOneHot)
 def _cpu_indexing_set_one_hot(op, x, index, value):
-    axis = op.axis % x.ndim
-    n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
-                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
+    axis = _one_hot_index_axis(op, x, index)
     out = x.copy()
     idx = np.expand_dims(index.astype(np.intp), axis)
     np.put_along_axis(out, idx, value.reshape(idx.shape).astype(x.dtype, copy=False), axis)
@@ -377,19 +379,26 @@ def _dropout_backward_grad(op, inputs, outputs, grads, needs):
 
 # -- padding -------------------------------------------------------------------------------------
 
-@def_infer(Pad)
-def _infer_pad(op, descs):
+def _pad_input(op, descs, what):
+    """The one input's ``(shape, dtype)`` of ``Pad``/``PadBackward``, after the checks of
+    ``pad_width`` they share; ``what`` names the input in messages."""
     if len(descs) != 1:
         raise op_error(TypeError, op, f"expects 1 input, got {len(descs)}", descs)
-    xs, dtype = descs[0]
+    shape, dtype = descs[0]
     if any(len(p) != 2 or min(p) < 0 for p in op.pad_width):
         raise op_error(ValueError, op, f"pad_width must be (before, after) pairs of non-negative "
                        f"ints, got {op.pad_width}", descs)
+    if shape is not None and len(op.pad_width) > len(shape):
+        raise op_error(ValueError, op, f"pad_width has {len(op.pad_width)} pairs for a "
+                       f"{len(shape)}-D {what}", descs)
+    return shape, dtype
+
+
+@def_infer(Pad)
+def _infer_pad(op, descs):
+    xs, dtype = _pad_input(op, descs, "input")
     if xs is None:
         return [TensorDesc(None, dtype)]
-    if len(op.pad_width) > len(xs):
-        raise op_error(ValueError, op, f"pad_width has {len(op.pad_width)} pairs for a "
-                       f"{len(xs)}-D input", descs)
     for i, (a, b) in enumerate(op.pad_width):
         if op.mode == "reflect" and max(a, b) >= max(xs[i], 1) and max(a, b) > 0:
             raise op_error(ValueError, op, f"reflect padding {(a, b)} must be smaller than the "
@@ -411,17 +420,9 @@ def _cpu_pad(op, x):
 
 @def_infer(PadBackward)
 def _infer_pad_backward(op, descs):
-    if len(descs) != 1:
-        raise op_error(TypeError, op, f"expects 1 input, got {len(descs)}", descs)
-    gs, dtype = descs[0]
-    if any(len(p) != 2 or min(p) < 0 for p in op.pad_width):
-        raise op_error(ValueError, op, f"pad_width must be (before, after) pairs of non-negative "
-                       f"ints, got {op.pad_width}", descs)
+    gs, dtype = _pad_input(op, descs, "gradient")
     if gs is None:
         return [TensorDesc(None, dtype)]
-    if len(op.pad_width) > len(gs):
-        raise op_error(ValueError, op, f"pad_width has {len(op.pad_width)} pairs for a "
-                       f"{len(gs)}-D gradient", descs)
     out = list(gs)
     for i, (a, b) in enumerate(op.pad_width):
         n = gs[i] - a - b

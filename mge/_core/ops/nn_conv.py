@@ -87,6 +87,22 @@ def _split_weight(op, descs, wshape, nd):
     raise op_error(ValueError, op, f"weight must be {want}, got shape {wshape}", descs)
 
 
+def _split_weight_for(op, descs, xs, ws, nd, channels_at):
+    """``_split_weight`` of ``ws``, once the input of shape ``xs`` is checked to be
+    (N, C, *spatial) with C the channels the weight expects: ``groups`` times the per-group size
+    at position ``channels_at`` of ``(G, A, B, kernel)`` (B for a convolution, A for its
+    transpose)."""
+    if len(xs) != nd + 2:
+        raise op_error(ValueError, op, f"input must be {nd + 2}-D (N, C, *spatial), got shape {xs}",
+                       descs)
+    parts = _split_weight(op, descs, ws, nd)
+    g, per_group = parts[0], parts[channels_at]
+    if per_group * g != xs[1]:
+        raise op_error(ValueError, op, f"input has {xs[1]} channels but the weight expects "
+                       f"{per_group * g} (groups={g}, {per_group} per group)", descs)
+    return parts
+
+
 def _check_float(op, descs):
     for d in descs:
         if d[1].kind != "f":
@@ -104,13 +120,7 @@ def _infer_conv(op, descs):
     (xs, dtype), (ws, _) = descs
     if xs is None or ws is None:
         return [TensorDesc(None, dtype)]
-    if len(xs) != nd + 2:
-        raise op_error(ValueError, op, f"input must be {nd + 2}-D (N, C, *spatial), got shape {xs}",
-                       descs)
-    g, og, ig, k = _split_weight(op, descs, ws, nd)
-    if ig * g != xs[1]:
-        raise op_error(ValueError, op, f"input has {xs[1]} channels but the weight expects "
-                       f"{ig * g} (groups={g}, {ig} per group)", descs)
+    g, og, _, k = _split_weight_for(op, descs, xs, ws, nd, channels_at=2)
     out = tuple(conv_out_size(xs[2 + i], k[i], op.stride[i], op.padding[i], op.dilation[i])
                 for i in range(nd))
     if any(o <= 0 for o in out):
@@ -135,13 +145,7 @@ def _infer_deconv(op, descs):
     (ws, dtype), (ys, _) = descs
     if ws is None or ys is None:
         return [TensorDesc(None, dtype)]
-    if len(ys) != nd + 2:
-        raise op_error(ValueError, op, f"input must be {nd + 2}-D (N, C, *spatial), got shape {ys}",
-                       descs)
-    g, a, b, k = _split_weight(op, descs, ws, nd)
-    if a * g != ys[1]:
-        raise op_error(ValueError, op, f"input has {ys[1]} channels but the weight expects "
-                       f"{a * g} (groups={g}, {a} per group)", descs)
+    g, _, b, k = _split_weight_for(op, descs, ys, ws, nd, channels_at=1)
     if any(not 0 <= op.output_padding[i] < max(op.stride[i], op.dilation[i]) for i in range(nd)):
         raise op_error(ValueError, op, f"output_padding {op.output_padding} must be smaller than "
                        f"stride {op.stride} or dilation {op.dilation}", descs)

@@ -1,0 +1,60 @@
+"""Instructions per tiny op, counted by callgrind: a deterministic companion of the timings.
+
+    python benchmarks/icount_dispatch.py                 # tensor operands, shape 4
+    python benchmarks/icount_dispatch.py --operand float --shape 16
+
+Wall-clock timings on a shared machine move by 2x between runs; instruction counts do not.  The
+script runs itself twice under ``valgrind --tool=callgrind`` -- ``x = x * a + b`` for N and for
+3N iterations -- and divides the difference of the two totals by the 4N extra ops, so start-up and
+imports cancel out.  ``--fw numpy`` counts the same chain on ndarrays, the floor.  Needs valgrind.
+"""
+import argparse
+import os
+import re
+import subprocess
+import sys
+
+
+def chain(fw, operand, shape, n):
+    import numpy as np
+    x0 = np.ones(shape, "float32")
+    if fw == "numpy":
+        x, a, b = x0, np.full(shape, 1.0001, "float32"), np.full(shape, 0.5, "float32")
+    else:
+        import mge
+        x = mge.tensor(x0)
+        a, b = (1.0001, 0.5) if operand == "float" else (
+            mge.tensor(np.full(shape, 1.0001, "float32")), mge.tensor(np.full(shape, 0.5, "float32")))
+    for _ in range(n):
+        x = x * a + b
+    if fw != "numpy":
+        x.numpy()
+
+
+def count(args, n):
+    env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+           __file__, "--run", str(n), "--fw", args.fw, "--operand", args.operand,
+           "--shape", str(args.shape)]
+    out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
+    return int(re.search(r"Collected : (\d+)", out).group(1))
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    p.add_argument("--fw", default="mge", choices=["mge", "numpy"])
+    p.add_argument("--operand", default="tensor", choices=["tensor", "float"])
+    p.add_argument("--shape", type=int, default=4)
+    p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--run", type=int, default=None, help=argparse.SUPPRESS)
+    args = p.parse_args()
+    if args.run is not None:
+        chain(args.fw, args.operand, (args.shape,), args.run)
+        return
+    small, large = count(args, args.n), count(args, 3 * args.n)
+    per_op = (large - small) / (4 * args.n)
+    print(f"{args.fw} {args.operand} shape ({args.shape},): {per_op / 1000:.2f} k instructions per op")
+
+
+if __name__ == "__main__":
+    main()
