@@ -6,7 +6,9 @@
 Wall-clock timings on a shared machine move by 2x between runs; instruction counts do not.  The
 script runs itself twice under ``valgrind --tool=callgrind`` -- ``x = x * a + b`` for N and for
 3N iterations -- and divides the difference of the two totals by the 4N extra ops, so start-up and
-imports cancel out.  ``--fw numpy`` counts the same chain on ndarrays, the floor.  Needs valgrind.
+imports cancel out.  ``--fw numpy`` counts the same chain on ndarrays, the floor;
+``--fw megengine --python /path/to/python3.10`` counts MegEngine 1.13 (all threads: its worker's
+instructions are included, as mge's are).  Needs valgrind.
 """
 import argparse
 import os
@@ -21,7 +23,8 @@ def chain(fw, operand, shape, n):
     if fw == "numpy":
         x, a, b = x0, np.full(shape, 1.0001, "float32"), np.full(shape, 0.5, "float32")
     else:
-        import mge
+        import importlib
+        mge = importlib.import_module(fw)  # mge, or MegEngine itself
         x = mge.tensor(x0)
         a, b = (1.0001, 0.5) if operand == "float" else (
             mge.tensor(np.full(shape, 1.0001, "float32")), mge.tensor(np.full(shape, 0.5, "float32")))
@@ -33,7 +36,7 @@ def chain(fw, operand, shape, n):
 
 def count(args, n):
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
-    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", sys.executable,
+    cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", args.python,
            __file__, "--run", str(n), "--fw", args.fw, "--operand", args.operand,
            "--shape", str(args.shape)]
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
@@ -42,7 +45,9 @@ def count(args, n):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    p.add_argument("--fw", default="mge", choices=["mge", "numpy"])
+    p.add_argument("--fw", default="mge", choices=["mge", "megengine", "numpy"])
+    p.add_argument("--python", default=sys.executable,
+                   help="the interpreter to count (e.g. MegEngine's Python 3.10 environment)")
     p.add_argument("--operand", default="tensor", choices=["tensor", "float"])
     p.add_argument("--shape", type=int, default=4)
     p.add_argument("--n", type=int, default=1000)
