@@ -13,12 +13,18 @@ from setuptools import Extension, find_packages, setup
 HOT_MODULES = runpy.run_path(os.path.join("mge", "_core", "_accel.py"))["HOT_MODULES"]
 
 
+def _source(module):
+    # mge_plugins is installed from the folder plugins/ (package_dir below)
+    path = module.replace(".", "/") + ".py"
+    return "plugins/" + path[len("mge_plugins/"):] if path.startswith("mge_plugins/") else path
+
+
 def extensions():
     if os.environ.get("MGE_NO_CYTHON"):
         return []
     from Cython.Build import cythonize
 
-    exts = [Extension(m + "_c", [m.replace(".", "/") + ".py"]) for m in HOT_MODULES]
+    exts = [Extension(m + "_c", [_source(m)]) for m in HOT_MODULES]
     return cythonize(
         exts,
         language_level=3,

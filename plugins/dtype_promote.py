@@ -1,155 +1,16 @@
 """dtype_promote: MegEngine's dtype rules for mixed inputs, and AMP autocast.
 
-* Elementwise ops on tensors of different dtypes compute in their common dtype (int32 with float16
-  gives float16, float16 with float32 gives float32).
-* Modes that only make sense on floats (``true_div``, ``exp``, ``sigmoid``...) turn integer inputs
-  into float32: ``int / int`` is float32 in MegEngine.
-* Under ``mge.amp.autocast`` (``mge.amp.enabled``), matrix products and convolutions run in
-  ``amp.low_prec_dtype`` (float16) and ops that need range (normalisation, softmax, reductions)
-  in ``amp.high_prec_dtype``.
+The entry point of the plugin.  The rules live in ``mge_plugins.dtype_rules``, a hot module that
+runs compiled when built (``MGE_PUREPYTHON=1`` selects the pure-Python twin); see its docstring
+for what they do.
 """
-import numpy as np
+from mge._core import _accel
 
-from mge._core.ops import Elemwise, TypeCvt
-from mge._core.ops import elemwise as _elemwise
-from mge.core import Transformation
+_rules = _accel.load("mge_plugins.dtype_rules")
 
-# Modes that compute in float even on integer inputs (MegEngine: int ** int is float32 too).
-_FLOAT_ONLY = _elemwise._FLOAT_ONLY | {"pow"}
-_float32 = np.dtype("float32")
-_cvt = {}
+DTypePromoteTransformation = _rules.DTypePromoteTransformation
+AmpState = _rules.AmpState
+amp = _rules.amp
+common_dtype = _rules.common_dtype
 
-
-def _cast(next, x, dtype):
-    op = _cvt.get(dtype)
-    if op is None:
-        op = _cvt[dtype] = TypeCvt(dtype)
-    return next(op, (x,))[0]
-
-
-def common_dtype(dtypes):
-    """The dtype mixed inputs compute in (MegEngine's rules).
-
-    Numpy promotion, except: bool mixed with numbers computes in float32; float64 appears only
-    if an input is float64; mixing signed and unsigned integers is an error, as in MegEngine.
-    """
-    kinds = {x.kind for x in dtypes}
-    if "b" in kinds and len(kinds) > 1:
-        dtypes = [_float32 if x.kind == "b" else x for x in dtypes]
-        kinds.discard("b")
-    if kinds == {"i", "u"}:
-        names = " ".join(x.name.capitalize() for x in dtypes)
-        raise TypeError(f"dtype promotion rule between different signedness is undefined: {names}")
-    d = dtypes[0]
-    for x in dtypes[1:]:
-        if x != d:
-            d = np.promote_types(d, x)
-    if d == np.float64 and all(x != np.float64 for x in dtypes):
-        d = _float32  # e.g. int32 with float16 gives float64 in numpy; MegEngine says float32
-    return d
-
-
-def _promote(next, inputs, dtype):
-    return tuple(x if x.dtype == dtype else _cast(next, x, dtype) for x in inputs)
-
-
-def _elemwise_rule(op, inputs, next):
-    d0 = inputs[0]._info.dtype
-    same = True
-    for x in inputs:
-        if x._info.dtype != d0:
-            same = False
-            break
-    if same:
-        if d0.kind != "f" and op.mode in _FLOAT_ONLY:
-            return next(op, _promote(next, inputs, _float32))
-        return next(op, inputs)
-    dtype = common_dtype([x.dtype for x in inputs])
-    if dtype.kind != "f" and op.mode in _FLOAT_ONLY:
-        dtype = _float32
-    return next(op, _promote(next, inputs, dtype))
-
-
-def _all_inputs_to(dtype_of):
-    def rule(op, inputs, next):
-        dtype = dtype_of(inputs)
-        if dtype is None:
-            return next(op, inputs)
-        return next(op, _promote(next, inputs, dtype))
-    return rule
-
-
-def _common(inputs):
-    dtypes = [x.dtype for x in inputs]
-    if all(d == dtypes[0] for d in dtypes):
-        return None
-    return common_dtype(dtypes)
-
-
-class AmpState:
-    """AMP autocast settings; ``mge.amp`` sets them through the plugin registry."""
-
-    def __init__(self):
-        self.autocast = False  # MegEngine's _set_amp_dtype_autocast: convert inputs under AMP
-        self.low_prec_dtype = np.dtype("float16")
-        self.high_prec_dtype = np.dtype("float32")
-
-
-amp = AmpState()
-
-
-def _autocast_low(inputs):
-    # Float inputs of matmul/conv run in low precision under autocast, else in their common dtype.
-    if amp.autocast and all(x.dtype.kind == "f" for x in inputs):
-        return amp.low_prec_dtype
-    return _common(inputs)
-
-
-def _autocast_high(inputs):
-    # Outside autocast these ops keep their inputs: the kernels take parameters (running stats,
-    # weights) of another float dtype than the data and answer in the data's dtype.
-    if amp.autocast and any(x.dtype.kind == "f" for x in inputs):
-        return amp.high_prec_dtype
-    return None
-
-
-def _rules():
-    from mge._core import ops
-    rules = {Elemwise: _elemwise_rule}
-    for name in ("MatrixMul", "BatchedMatrixMul", "Convolution", "ConvolutionBackwardData", "Linear"):
-        cls = getattr(ops, name, None)
-        if cls is not None:
-            rules[cls] = _all_inputs_to(_autocast_low)
-    for name in ("BatchNorm", "LayerNorm", "Softmax", "LogSoftmax"):
-        cls = getattr(ops, name, None)
-        if cls is not None:
-            rules[cls] = _all_inputs_to(_autocast_high)
-    for name in ("Concat", "Stack", "Dot"):
-        cls = getattr(ops, name, None)
-        if cls is not None:
-            rules[cls] = _all_inputs_to(_common)
-    if hasattr(ops, "Where"):
-        rules[ops.Where] = _where_rule
-    return rules
-
-
-def _where_rule(op, inputs, next):
-    # The mask stays bool; the two branches meet in their common dtype.
-    mask, x, y = inputs
-    if x.dtype == y.dtype:
-        return next(op, inputs)
-    dtype = common_dtype([x.dtype, y.dtype])
-    return next(op, (mask,) + _promote(next, (x, y), dtype))
-
-
-class DTypePromoteTransformation(Transformation):
-    """Brings the inputs of an op to the dtype MegEngine computes it in."""
-
-    name = "dtype_promote"
-    amp = amp
-
-    def __init__(self):
-        self.rules = _rules()
-
-    def apply(self, op, inputs, next):
-        return self.rules[type(op)](op, inputs, next)
+__all__ = ["DTypePromoteTransformation", "AmpState", "amp", "common_dtype"]

@@ -18,6 +18,7 @@ HOT_MODULES = (
     "mge._core.transformation",
     "mge._core.dispatch",
     "mge._core.tensor",
+    "mge_plugins.dtype_rules",
 )
 
 PURE = os.environ.get("MGE_PUREPYTHON", "0") not in ("", "0")
