@@ -504,3 +504,14 @@ def test_rules_that_read_outputs_get_them_without_recomputing():
     assert "Elemwise.sigmoid" not in seen and "Softmax" not in seen, seen
     assert not any(s.startswith("Reduce.max") for s in seen), seen
     assert x.grad is not None and np.isfinite(x.grad.numpy()).all()
+
+
+def test_tensor_of_a_tensor_keeps_gradient_history():
+    # MegEngine 1.13: Tensor(x * 2) stays on the tape (x.grad == [8, 16] here); detach() cuts it.
+    x = mge.tensor([1.0, 2.0])
+    gm = GradManager().attach([x])
+    with gm:
+        y = mge.Tensor(x * 2)
+        z = mge.Tensor(x * 3).detach()
+        gm.backward((y * y).sum() + (z * x).sum())
+    np.testing.assert_array_equal(x.grad.numpy(), [8.0 + 3.0, 16.0 + 6.0])

@@ -6,7 +6,7 @@ from .channel import get_channel
 from .device import as_device
 from .dtype import canonical, host_array
 from .ops.elemwise import TypeCvt, elemwise_op
-from .ops.misc import Copy, Detach
+from .ops.misc import Copy, Detach, Identity
 
 _accel.guard(__name__)
 _dispatch = _accel.load("mge._core.dispatch")
@@ -17,6 +17,7 @@ F = None  # mge.functional, bound by mge/__init__.py (the functional layer impor
 __all__ = ["Tensor", "Parameter"]
 
 _mode = elemwise_op
+_IDENTITY = Identity()
 
 
 def _binary(mode, reflected=False):
@@ -78,7 +79,13 @@ class Tensor:
             src = data if dtype is None else data.astype(dtype)
             if device is not None and as_device(device) != src.device:
                 src = src.to(device)
-            self._info = apply(Detach(), src)[0]._take_info()
+            # Identity, not Detach: as in MegEngine, Tensor(x) keeps x's gradient history (the
+            # grad plugin's slot moves with the value).
+            tmp = apply(_IDENTITY, src)[0]
+            self._info = tmp._take_info()
+            slot = tmp.__dict__.get("_gslot")
+            if slot is not None:
+                self._gslot = slot
         else:
             self._info = _channel.put(host_array(data, dtype), as_device(device), no_cache)
         if is_const:
