@@ -1,4 +1,5 @@
 """Small helpers shared by the op tests."""
+import contextlib
 import re
 
 import numpy as np
@@ -37,3 +38,27 @@ def raises_at_run(exc, match, fn):
 def mge_sync():
     import mge
     mge._full_sync()
+
+
+@contextlib.contextmanager
+def ops_run():
+    """Within the block, the names of the ops that reach ``eval`` (the ops that really run) are
+    appended to the yielded list."""
+    from mge._core.plugins import stack  # on the stack directly: a test instrument, not a plugin
+    from mge.core import Transformation
+    seen = []
+
+    class OpRecorder(Transformation):
+        name = "test_ops_run_recorder"
+        position = "before:eval"
+
+        def apply(self, op, inputs, next):
+            seen.append(op.name)
+            return next(op, inputs)
+
+    recorder = OpRecorder()
+    stack.register(recorder)
+    try:
+        yield seen
+    finally:
+        stack.unregister(recorder)

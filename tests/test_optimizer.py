@@ -9,7 +9,7 @@ import pytest
 import mge
 import mge.core as core
 import mge.optimizer as optim
-from mge.core import Transformation
+from helpers import ops_run
 
 SHAPES = [(3, 4), (4,), ()]
 STEPS = 4
@@ -273,31 +273,16 @@ def test_state_dict_layout_and_load_errors():
 
 
 def test_step_is_one_fused_op_per_parameter():
-    seen = []
-
-    class Counter(Transformation):
-        name = "test_optimizer_counter"
-        position = "before:eval"
-
-        def apply(self, op, inputs, next):
-            seen.append(op.name)
-            return next(op, inputs)
-
     params = [mge.Parameter(np.ones(s, "float32")) for s in [(8, 4), (4,), (4, 4), (4,), (4, 2), (2,)]]
     opts = [optim.SGD(params, lr=0.1, momentum=0.9, weight_decay=1e-4), optim.Adam(params, lr=0.1),
             optim.AdamW(params, lr=0.1), optim.RMSprop(params), optim.Adagrad(params),
             optim.Adadelta(params)]
     for p in params:
         p.grad = mge.tensor(np.full(p.shape, 0.5, "float32"))
-    core.register_transformation(Counter())
-    try:
-        for opt in opts:
-            seen.clear()
+    for opt in opts:
+        with ops_run() as seen:
             opt.step()
-            assert len(seen) == len(params), (type(opt).__name__, seen)
-    finally:
-        core.disable_transformation(Counter.name)
-
+        assert len(seen) == len(params), (type(opt).__name__, seen)
 
 def test_update_op_checks_shapes_and_dtypes():
     p = mge.Parameter([1.0, 2.0])

@@ -51,18 +51,6 @@ class CosineAnnealingLR(LRScheduler):
         self.eta_min = eta_min
         super().__init__(optimizer, current_epoch)
 
-    def state_dict(self):
-        r"""The scheduler's state: ``T_max``, ``eta_min`` and ``current_epoch``."""
-        return self._keyed_state()
-
-    def load_state_dict(self, state_dict):
-        r"""Load the scheduler's state.
-
-        Args:
-            state_dict: scheduler state, as returned by :meth:`state_dict`.
-        """
-        self._load_keyed_state(state_dict)
-
     def get_lr(self):
         cos = math.cos(math.pi * self.current_epoch / self.T_max)
         return [self.eta_min + (base_lr - self.eta_min) * (1 + cos) / 2 for base_lr in self.base_lrs]

@@ -18,9 +18,8 @@ class LRScheduler:
             last finished epoch; the groups must then have ``initial_lr`` (from the optimizer's
             saved state dict).
 
-    A subclass implements :meth:`get_lr` (and :meth:`state_dict`/:meth:`load_state_dict`;
-    where its state is a few attributes, named in ``_state_keys``, those two can return
-    :meth:`_keyed_state` and :meth:`_load_keyed_state`).
+    A subclass implements :meth:`get_lr` and names the attributes that make up its state in
+    ``_state_keys`` (:meth:`state_dict`/:meth:`load_state_dict` save and restore them).
     """
 
     _state_keys = ()
@@ -45,25 +44,22 @@ class LRScheduler:
         self.step()
 
     def state_dict(self):
-        r"""Return the state of the scheduler as a :class:`dict`: every variable in
-        ``self.__dict__`` that is not the optimizer."""
-        raise NotImplementedError
-
-    def load_state_dict(self, state_dict):
-        r"""Load the scheduler's state.
-
-        Args:
-            state_dict: scheduler state.
-        """
-        raise NotImplementedError
-
-    def _keyed_state(self):
-        """The attributes ``_state_keys`` as a dict (a subclass's :meth:`state_dict`)."""
+        r"""Return the state of the scheduler as a :class:`dict`: the attributes a subclass names
+        in ``_state_keys`` (``NotImplementedError`` for a subclass that names none, as in
+        MegEngine's base class)."""
+        if not self._state_keys:
+            raise NotImplementedError
         return {key: self.__dict__[key] for key in self._state_keys}
 
-    def _load_keyed_state(self, state_dict):
-        """Set the attributes ``_state_keys`` from ``state_dict``, which must hold every one of
-        them (a subclass's :meth:`load_state_dict`); nothing is set when one is missing."""
+    def load_state_dict(self, state_dict):
+        r"""Load the scheduler's state: ``state_dict`` must hold every key of :meth:`state_dict`;
+        nothing is set when one is missing.
+
+        Args:
+            state_dict: scheduler state, as returned by :meth:`state_dict`.
+        """
+        if not self._state_keys:
+            raise NotImplementedError
         tmp_dict = {}
         for key in self._state_keys:
             if key not in state_dict.keys():

@@ -41,18 +41,6 @@ class MultiStepLR(LRScheduler):
         self.gamma = gamma
         super().__init__(optimizer, current_epoch)
 
-    def state_dict(self):
-        r"""The scheduler's state: ``milestones``, ``gamma`` and ``current_epoch``."""
-        return self._keyed_state()
-
-    def load_state_dict(self, state_dict):
-        r"""Load the scheduler's state.
-
-        Args:
-            state_dict: scheduler state, as returned by :meth:`state_dict`.
-        """
-        self._load_keyed_state(state_dict)
-
     def get_lr(self):
         return [
             base_lr * self.gamma ** bisect_right(self.milestones, self.current_epoch)
