@@ -19,12 +19,19 @@ def _source(module):
     return "plugins/" + path[len("mge_plugins/"):] if path.startswith("mge_plugins/") else path
 
 
+def _flags(module):
+    # handoff's C loops must round as numpy does: no fused multiply-add
+    if module.endswith(".handoff") and os.name != "nt":
+        return ["-ffp-contract=off"]
+    return []
+
+
 def extensions():
     if os.environ.get("MGE_NO_CYTHON"):
         return []
     from Cython.Build import cythonize
 
-    exts = [Extension(m + "_c", [_source(m)]) for m in HOT_MODULES]
+    exts = [Extension(m + "_c", [_source(m)], extra_compile_args=_flags(m)) for m in HOT_MODULES]
     return cythonize(
         exts,
         language_level=3,

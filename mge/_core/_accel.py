@@ -13,6 +13,7 @@ HOT_MODULES = (
     "mge._core.channel.handles",
     "mge._core.channel.command_buffer",
     "mge._core.channel.memory",
+    "mge._core.channel.handoff",
     "mge._core.dtr",
     "mge._core.channel.channel",
     "mge._core.transformation",

@@ -1,10 +1,13 @@
 """``SGD``: stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
 import numpy as np
 
-from .._core.ops.base import def_kernel
+from .._core._accel import load
+from .._core.ops.base import def_inplace, def_kernel
 from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
 
 __all__ = ["SGD", "SGDUpdate"]
+
+add_scaled = load("mge._core.channel.handoff").add_scaled
 
 
 @def_update_op
@@ -16,21 +19,26 @@ class SGDUpdate(UpdateOp):
 
 @def_kernel(SGDUpdate)
 def _cpu_sgd(op, param, grad, *buf):
+    return _sgd(op, param, grad, buf, np.empty_like(param))
+
+
+@def_inplace(SGDUpdate)
+def _cpu_sgd_inplace(op, arrays, k):
+    # the parameter's old value has no other user: the new one is written over it
+    param, grad, *buf = arrays
+    return _sgd(op, param, grad, buf, param if k == 0 else np.empty_like(param))
+
+
+def _sgd(op, param, grad, buf, out):
     if op.weight_decay != 0.0:
         grad = grad + param * op.weight_decay
     if op.momentum != 0.0:
         v = buf[0] * op.momentum
         v += grad
         grad = grad + v * op.momentum if op.nesterov else v
-        return _step(param, grad, op.lr), v.astype(buf[0].dtype, copy=False)
-    return (_step(param, grad, op.lr),)
-
-
-def _step(param, grad, lr):
-    # param - lr * grad with one temporary, which becomes the result
-    out = np.multiply(grad, -lr)
-    out += param
-    return out.astype(param.dtype, copy=False)
+        return add_scaled(out, param, grad, -op.lr), v.astype(buf[0].dtype, copy=False)
+    # param - lr * grad in one pass, in C without the GIL for large parameters
+    return (add_scaled(out, param, grad, -op.lr),)
 
 
 class SGD(Optimizer):

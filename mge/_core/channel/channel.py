@@ -30,7 +30,8 @@ import cython
 import numpy as np
 
 from .. import _accel
-from ..ops.base import HOST, INFER, KERNELS
+from ..ops.base import HOST, INFER, INPLACE, KERNELS
+from ..device import cpu_blas
 from .options import Options
 from .worker import Worker
 
@@ -39,14 +40,19 @@ _h = _accel.load("mge._core.channel.handles")
 _mem = _accel.load("mge._core.channel.memory")
 _cb = _accel.load("mge._core.channel.command_buffer")
 _dtr = _accel.load("mge._core.dtr")
+_handoff = _accel.load("mge._core.channel.handoff")
 DynamicSublinear, _is_bad_op = _dtr.DynamicSublinear, _dtr.is_bad_op
 if cython.compiled:  # the C types, so that the per-op path reads fields as struct members
     from cython.cimports.mge._core.channel.handles_c import ComputePath, TensorInfo
     from cython.cimports.mge._core.channel.memory_c import MemoryStats
+    from cython.cimports.mge._core.channel.handoff_c import Handoff
 else:
+    Handoff = _handoff.Handoff
     TensorInfo, ComputePath = _h.TensorInfo, _h.ComputePath
     MemoryStats = _mem.MemoryStats
 SWAP, DROP, NONE = _h.SWAP, _h.DROP, _h.NONE
+RUNNING = _handoff.RUNNING
+_HANDOFF: Handoff = _handoff.HANDOFF
 Command, CommandBuffer = _cb.Command, _cb.CommandBuffer
 APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_SCOPE = (
     _cb.APPLY, _cb.DEL, _cb.GET_VALUE, _cb.SWAP_IN, _cb.SWAP_OUT, _cb.DROP, _cb.SET_OPTION,
@@ -115,9 +121,11 @@ class Channel:
         self._init_worker_state()
         self.scopes = []
         self.stats = {"inplace": 0, "fused_dels": 0, "recomputed": 0}
+        if cpu_blas.INFO["reason"] == "not searched":
+            cpu_blas.install(_HANDOFF)
 
     def _init_worker_state(self):
-        self.worker = Worker(self._process, self.cv)
+        self.worker = Worker(self._process, self.cv, _HANDOFF)
         # At async_level 0 every op is waited for anyway: flushed commands then run right here on
         # the caller's thread, which saves the two thread handoffs per op of a round trip.
         self.inline = self.options.values["async_level"] == 0
@@ -238,6 +246,8 @@ class Channel:
                 if cython.cast(tuple, od)[0] is None:
                     self._sync()
                     break
+        if _HANDOFF.state == RUNNING:  # the worker needs the GIL for its Python: let it run
+            _HANDOFF.yield_to_worker()
         return outputs
 
     def _host_compute(self, op, cls, inputs, out_descs, device):
@@ -548,8 +558,11 @@ class Channel:
         # A fused Del freed an input: an elementwise ufunc may write its output into that buffer
         # if nothing else can see it (no other tensor, no user's numpy view).
         fn = getattr(op, "fn", None)
+        special = None
         if not isinstance(fn, np.ufunc) or fn.nout != 1 or len(outputs) != 1:
-            return None
+            special = INPLACE.get(cls)  # an op with its own in-place kernel
+            if special is None or not outputs:
+                return None
         out = outputs[0]
         for k in range(len(inputs)):
             i = inputs[k]
@@ -562,6 +575,8 @@ class Channel:
             if (buf.base is None and buf.flags.writeable and buf.flags.c_contiguous
                     and buf.shape == out.shape and buf.dtype == out.dtype):
                 self.stats["inplace"] += 1
+                if special is not None:
+                    return lambda: special(op, values, k)
                 return lambda: (fn(*values, out=buf),)
         return None
 
@@ -926,6 +941,7 @@ class Channel:
                         o.error = lost
         self.cv = threading.Condition()
         self.memory.reset_lock()
+        _HANDOFF.reset()
         self._init_worker_state()
 
 

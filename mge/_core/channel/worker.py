@@ -18,9 +18,10 @@ BATCH = 32
 class Worker:
     """Runs ``process(cmd)`` for each command of its queue on one thread, in order."""
 
-    def __init__(self, process, cv, name="mge-worker"):
+    def __init__(self, process, cv, handoff, name="mge-worker"):
         self.process = process
         self.cv = cv
+        self.handoff = handoff  # tells the caller's thread when to give this thread the GIL
         self.name = name
         self.queue = collections.deque()
         self.idle = True
@@ -39,8 +40,10 @@ class Worker:
         """Make a sleeping worker start on its queue (callers that wait for results call this)."""
         if self.thread is None:
             if self.queue:
+                self.handoff.kick()
                 self._start()
         elif self.idle and self.queue:
+            self.handoff.kick()
             with self.cv:
                 self.cv.notify_all()
 
@@ -54,6 +57,7 @@ class Worker:
         q = self.queue
         cv = self.cv
         process = self.process
+        handoff = self.handoff
         try:
             while True:
                 if q:
@@ -61,18 +65,21 @@ class Worker:
                     continue
                 with cv:
                     self.idle = True
+                    handoff.worker_idle()
                     cv.notify_all()  # whoever waits for the queue to drain
                     while not q and not self.stopping:
                         cv.wait()
                     if not q and self.stopping:
                         return
                     self.idle = False
+                    handoff.worker_running()
         except BaseException as e:
             self.death = e
             raise
         finally:
             with cv:
                 self.idle = True
+                handoff.worker_idle()
                 cv.notify_all()
 
     @property

@@ -16,14 +16,17 @@ of an op are kept in tables keyed by the op's class, as JAX keys rules by primit
   ``mge.functional``, so they walk the transformation stack: a grad key recording above the one
   running backward sees them, which gives higher-order gradients.
 * ``HOST[cls]`` -- optional host-compute rule for tiny values (defaults to the CPU kernel).
+* ``INPLACE[cls](op, arrays, k) -> tuple of arrays`` -- optional CPU kernel that writes output 0
+  into ``arrays[k]``, the buffer of an input that this op is the last user of (the channel checks
+  that nothing else sees it).  Elementwise ops do this without an entry (their ufunc's ``out=``).
 
 Adding an op is one class plus its rules, in one file of ``mge/_core/ops``.
 """
 import numpy as np
 
 __all__ = [
-    "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "KEEPS_OUTPUTS", "HOST",
-    "def_infer", "def_kernel", "def_backward", "op_error", "unknown",
+    "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "KEEPS_OUTPUTS", "HOST", "INPLACE",
+    "def_infer", "def_kernel", "def_inplace", "def_backward", "op_error", "unknown",
 ]
 
 INFER = {}
@@ -31,6 +34,7 @@ KERNELS = {"cpu": {}}
 BACKWARD = {}
 KEEPS_OUTPUTS = {}  # cls -> predicate(op): the backward rule reads the forward outputs
 HOST = {}
+INPLACE = {}
 
 
 class TensorDesc(tuple):
@@ -159,6 +163,15 @@ def def_kernel(cls, device="cpu"):
     """Decorator: register ``fn(op, *arrays) -> tuple of arrays`` as ``cls``'s kernel on ``device``."""
     def deco(fn):
         KERNELS.setdefault(device, {})[cls] = fn
+        return fn
+    return deco
+
+
+def def_inplace(cls):
+    """Decorator: register ``fn(op, arrays, k) -> tuple of arrays`` as ``cls``'s in-place CPU
+    kernel (output 0 written into ``arrays[k]``; see the module docstring)."""
+    def deco(fn):
+        INPLACE[cls] = fn
         return fn
     return deco
 

@@ -15,11 +15,13 @@ Backward rules are at the end; a product's gradients are one product each (``_MM
 """
 import numpy as np
 
+from .._accel import load
 from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
 from .gradutil import cached_op, ew, fit, output, reshape, run, runs
 
 __all__ = ["MatrixMul", "BatchedMatrixMul", "Dot", "MatInv", "SVD"]
 
+_HANDOFF = load("mge._core.channel.handoff").HANDOFF  # float32/64 GEMMs without the GIL
 _float32 = np.dtype("float32")
 _float16 = np.dtype("float16")
 _COMPUTE_MODES = ("default", "float32")
@@ -112,6 +114,10 @@ def _infer_batched(op, descs):
 
 
 def _matmul_kernel(op, a, b):
+    if a.ndim == 2 and b.ndim == 2:
+        out = _HANDOFF.gemm(a, b, op.transposeA, op.transposeB)  # BLAS without the GIL
+        if out is not None:
+            return (out,)
     if op.transposeA and a.ndim >= 2:
         a = np.swapaxes(a, -1, -2)
     if op.transposeB and b.ndim >= 2:

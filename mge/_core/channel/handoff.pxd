@@ -1,0 +1,43 @@
+# The C layout of the GIL hand-off (see handoff.py); handoff_c.pxd includes it for cimports.
+from cpython.pythread cimport PyThread_type_lock
+from libc.stdint cimport int64_t
+
+cdef extern from "pythread.h":
+    int PyThread_acquire_lock_timed(PyThread_type_lock, long long microseconds,
+                                    int intr_flag) nogil
+
+# CBLAS sgemm/dgemm with 32-bit (LP64) or 64-bit (ILP64) integers: (order, transA, transB, M, N,
+# K, alpha, A, lda, B, ldb, beta, C, ldc); the enums are C ints.
+ctypedef void (*sgemm32_t)(int, int, int, int, int, int, float, const float *, int,
+                           const float *, int, float, float *, int) noexcept nogil
+ctypedef void (*sgemm64_t)(int, int, int, int64_t, int64_t, int64_t, float, const float *,
+                           int64_t, const float *, int64_t, float, float *, int64_t) noexcept nogil
+ctypedef void (*dgemm32_t)(int, int, int, int, int, int, double, const double *, int,
+                           const double *, int, double, double *, int) noexcept nogil
+ctypedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, const double *,
+                           int64_t, const double *, int64_t, double, double *, int64_t) noexcept nogil
+
+
+cdef class Handoff:
+    cdef public int state
+    cdef public bint caller_waiting
+    cdef public long long yields
+    cdef public long long timeouts
+    cdef public long long gemms
+    cdef PyThread_type_lock _signal
+    cdef void *_sgemm
+    cdef void *_dgemm
+    cdef bint _ilp64
+    cpdef yield_to_worker(self)
+    cpdef worker_idle(self)
+    cdef _wake_caller(self)
+    cpdef add_scaled(self, out, y, x, double a)
+    cpdef gemm(self, a, b, bint trans_a, bint trans_b)
+    cdef _gemm(self, void *fn, a, b, bint trans_a, bint trans_b, dtype)
+    cdef _gemm_views(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
+                     dtype, Py_buffer *vc)
+
+
+cdef void _add_scaled_f(float *out, float *y, float *x, float a, Py_ssize_t n) noexcept nogil
+cdef void _add_scaled_d(double *out, double *y, double *x, double a, Py_ssize_t n) noexcept nogil
+cdef tuple _layout(Py_buffer *v, bint trans, Py_ssize_t item)

@@ -1,0 +1,338 @@
+"""The GIL between the caller's thread and the worker, and the worker's GEMMs without it.
+
+Python runs one thread at a time.  The worker's kernels are numpy calls that hold the GIL, except
+inside BLAS and long ufunc loops; the caller's thread runs the user's Python, which holds it all the
+time.  CPython gives the GIL to a waiting thread only when the holder blocks or after
+``sys.getswitchinterval()`` (5 ms): a worker whose matrix product has finished would wait up to
+5 ms for the caller's Python, and the two threads would take turns instead of overlapping.
+
+So the two threads hand the GIL over explicitly (``Handoff``, one per process):
+
+* the worker says what it is doing: ``IDLE``, ``RUNNING`` (Python: it needs the GIL) or
+  ``NOGIL`` (a matrix product that runs without the GIL, ``gemm``);
+* the caller, at each op it issues, calls ``yield_to_worker``: while the worker is ``RUNNING`` it
+  releases the GIL and waits until the worker starts a GEMM or runs out of work (at most
+  ``YIELD_TIMEOUT_US``, so that a kernel waiting for the caller cannot deadlock it).
+
+The worker's Python then never waits for the caller's, and the caller's Python runs while BLAS
+does: the overlap an asynchronous runtime is for, on two cores.  ``gemm`` calls the CBLAS of
+numpy's own BLAS library (found by ``mge._core.device.cpu_blas``) so that the worker knows when the
+product ends; without it (or in the pure-Python twin) kernels use ``np.matmul`` and nothing is
+handed over.
+
+The C layout is in ``handoff.pxd`` (``handoff_c.pxd`` includes it for cimports).
+"""
+from __future__ import annotations  # C types in signatures are for Cython only
+
+import cython
+import numpy as np
+
+from .. import _accel
+
+_accel.guard(__name__)
+
+if cython.compiled:
+    from cython.cimports.cpython.buffer import (PyBUF_RECORDS, PyBUF_RECORDS_RO,
+                                                PyBuffer_Release, PyObject_GetBuffer)
+    from cython.cimports.cpython.pythread import (NOWAIT_LOCK, PY_LOCK_ACQUIRED, WAIT_LOCK,
+                                                  PyThread_acquire_lock,
+                                                  PyThread_allocate_lock, PyThread_free_lock,
+                                                  PyThread_release_lock)
+    # PyThread_acquire_lock_timed and the CBLAS function types are declared in handoff.pxd
+
+__all__ = ["Handoff", "HANDOFF", "IDLE", "RUNNING", "NOGIL", "add_scaled"]
+
+IDLE, RUNNING, NOGIL = 0, 1, 2
+YIELD_TIMEOUT_US = 500
+MIN_GEMM_WORK = 1 << 15  # m*n*k: smaller products are as fast through np.matmul
+MIN_NOGIL_SIZE = 1 << 15  # elements: a loop this long is worth handing the GIL over for
+_ROW_MAJOR, _NO_TRANS, _TRANS = 101, 111, 112  # CBLAS enums
+_FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
+
+
+@cython.cclass
+class Handoff:
+    """The worker's state and the caller's wait for it (see the module docstring).
+
+    Fields (``handoff.pxd``): ``state``, ``caller_waiting``; counters ``yields`` (hand-overs),
+    ``timeouts`` (waits that ended without the worker letting go), ``gemms`` (GEMMs run without
+    the GIL).  Every field is read and written with the GIL held, except ``state`` when a GEMM ends.
+    """
+
+    def __init__(self):
+        self.state = IDLE
+        self.caller_waiting = False
+        self.yields = self.timeouts = self.gemms = 0
+        self._ilp64 = False
+        if cython.compiled:
+            self._sgemm = cython.NULL
+            self._dgemm = cython.NULL
+            self._signal = PyThread_allocate_lock()
+            if self._signal == cython.NULL:
+                raise MemoryError("Handoff: cannot allocate a lock")
+            PyThread_acquire_lock(self._signal, WAIT_LOCK)  # held: no signal pending
+
+    def __dealloc__(self):
+        if cython.compiled and self._signal != cython.NULL:
+            PyThread_free_lock(self._signal)
+
+    def reset(self):
+        """After a fork: no worker, nobody waiting, a fresh lock."""
+        self.state = IDLE
+        self.caller_waiting = False
+        if cython.compiled:
+            self._signal = PyThread_allocate_lock()
+            PyThread_acquire_lock(self._signal, WAIT_LOCK)
+
+    # -- the caller's side ---------------------------------------------------------------------
+    def kick(self):
+        """The caller woke the worker: it will need the GIL."""
+        self.state = RUNNING
+
+    @cython.ccall
+    def yield_to_worker(self):
+        """Let a ``RUNNING`` worker have the GIL until it starts a GEMM or goes idle."""
+        if not cython.compiled or self.state != RUNNING:
+            return
+        self.caller_waiting = True
+        self.yields += 1
+        got: cython.int
+        timeout: cython.longlong = YIELD_TIMEOUT_US
+        with cython.nogil:
+            got = PyThread_acquire_lock_timed(self._signal, timeout, 0)  # noqa: F821
+        if self.caller_waiting:  # no signal came
+            self.caller_waiting = False
+            self.timeouts += 1
+        elif got != PY_LOCK_ACQUIRED:  # the signal came after the timeout: take it back
+            PyThread_acquire_lock(self._signal, NOWAIT_LOCK)
+
+    # -- the worker's side ---------------------------------------------------------------------
+    def worker_running(self):
+        self.state = RUNNING
+
+    @cython.ccall
+    def worker_idle(self):
+        """The worker ran out of work (or stops)."""
+        self.state = IDLE
+        self._wake_caller()
+
+    @cython.cfunc
+    def _wake_caller(self):
+        if self.caller_waiting:
+            self.caller_waiting = False
+            if cython.compiled:
+                PyThread_release_lock(self._signal)
+
+    @cython.ccall
+    def add_scaled(self, out, y, x, a: cython.double):
+        """``out = y + a * x`` elementwise (``out`` may be ``y``) for C-contiguous float32 or
+        float64 arrays of one shape and dtype, in C, without the GIL when it is long; False when
+        it cannot (the caller then uses numpy).  The arithmetic is numpy's ``y + (a * x)`` in the
+        arrays' dtype (``a`` rounded to it, two roundings, no fused multiply-add), so both ways
+        give the same bits."""
+        if not cython.compiled:
+            return False
+        dtype = out.dtype
+        if (dtype != y.dtype or dtype != x.dtype or out.shape != y.shape or out.shape != x.shape
+                or not (out.flags.c_contiguous and y.flags.c_contiguous
+                        and x.flags.c_contiguous) or not out.flags.writeable):
+            return False
+        if dtype == _FLOAT32:
+            single: cython.bint = True
+        elif dtype == _FLOAT64:
+            single = False
+        else:
+            return False
+        bo: Py_buffer  # noqa: F821
+        by: Py_buffer  # noqa: F821
+        bx: Py_buffer  # noqa: F821
+        if PyObject_GetBuffer(out, cython.address(bo), PyBUF_RECORDS) < 0:
+            return False
+        if PyObject_GetBuffer(y, cython.address(by), PyBUF_RECORDS_RO) < 0:
+            PyBuffer_Release(cython.address(bo))
+            return False
+        if PyObject_GetBuffer(x, cython.address(bx), PyBUF_RECORDS_RO) < 0:
+            PyBuffer_Release(cython.address(bo))
+            PyBuffer_Release(cython.address(by))
+            return False
+        n: cython.Py_ssize_t = bo.len // bo.itemsize
+        long_loop: cython.bint = n >= MIN_NOGIL_SIZE
+        prev: cython.int = self.state
+        if long_loop:
+            self.state = NOGIL
+            self._wake_caller()
+        with cython.nogil:
+            if single:
+                _add_scaled_f(cython.cast(cython.p_float, bo.buf),
+                              cython.cast(cython.p_float, by.buf),
+                              cython.cast(cython.p_float, bx.buf), cython.cast(cython.float, a), n)
+            else:
+                _add_scaled_d(cython.cast(cython.p_double, bo.buf),
+                              cython.cast(cython.p_double, by.buf),
+                              cython.cast(cython.p_double, bx.buf), a, n)
+            if long_loop:
+                self.state = prev
+        PyBuffer_Release(cython.address(bx))
+        PyBuffer_Release(cython.address(by))
+        PyBuffer_Release(cython.address(bo))
+        return True
+
+    # -- BLAS ----------------------------------------------------------------------------------
+    def set_blas(self, sgemm, dgemm, ilp64):
+        """Use the CBLAS ``sgemm``/``dgemm`` at these addresses (ints; 0: none)."""
+        if not cython.compiled:
+            return
+        self._sgemm = cython.cast(cython.p_void, cython.cast(cython.Py_ssize_t, sgemm or 0))
+        self._dgemm = cython.cast(cython.p_void, cython.cast(cython.Py_ssize_t, dgemm or 0))
+        self._ilp64 = bool(ilp64)
+
+    @property
+    def has_blas(self):
+        """Whether ``gemm`` can run products without the GIL."""
+        if not cython.compiled:
+            return False
+        return self._sgemm != cython.NULL
+
+    @cython.ccall
+    def gemm(self, a, b, trans_a: cython.bint, trans_b: cython.bint):
+        """``op(a) @ op(b)`` (``op``: transposed or not) for 2-D float32/float64 arrays, by CBLAS
+        without the GIL; None when it cannot (no BLAS, other dtypes or strides, a small product):
+        the caller then uses ``np.matmul``."""
+        if not cython.compiled or self._sgemm == cython.NULL:
+            return None
+        dtype = a.dtype
+        if dtype is not b.dtype and dtype != b.dtype:
+            return None
+        if dtype == _FLOAT32:
+            fn = self._sgemm
+        elif dtype == _FLOAT64:
+            fn = self._dgemm
+        else:
+            return None
+        if fn == cython.NULL:
+            return None
+        return self._gemm(fn, a, b, trans_a, trans_b, dtype)
+
+    @cython.cfunc
+    def _gemm(self, fn: cython.p_void, a, b, trans_a: cython.bint, trans_b: cython.bint, dtype):
+        ba: Py_buffer  # noqa: F821
+        bb: Py_buffer  # noqa: F821
+        bc: Py_buffer  # noqa: F821
+        if PyObject_GetBuffer(a, cython.address(ba), PyBUF_RECORDS_RO) < 0:
+            return None
+        try:
+            if PyObject_GetBuffer(b, cython.address(bb), PyBUF_RECORDS_RO) < 0:
+                return None
+            try:
+                return self._gemm_views(fn, cython.address(ba), cython.address(bb), trans_a,
+                                        trans_b, dtype, cython.address(bc))
+            finally:
+                PyBuffer_Release(cython.address(bb))
+        finally:
+            PyBuffer_Release(cython.address(ba))
+
+    @cython.cfunc
+    def _gemm_views(self, fn: cython.p_void, va: cython.pointer(Py_buffer),  # noqa: F821
+                    vb: cython.pointer(Py_buffer), trans_a: cython.bint,  # noqa: F821
+                    trans_b: cython.bint, dtype, vc: cython.pointer(Py_buffer)):  # noqa: F821
+        if va.ndim != 2 or vb.ndim != 2:
+            return None
+        item: cython.Py_ssize_t = va.itemsize
+        # A row-major matrix, or a column-major one read as the transpose of a row-major one.
+        ta: cython.int
+        tb: cython.int
+        lda: cython.Py_ssize_t
+        ldb: cython.Py_ssize_t
+        ra: cython.Py_ssize_t = va.shape[0]
+        ca: cython.Py_ssize_t = va.shape[1]
+        rb: cython.Py_ssize_t = vb.shape[0]
+        cb: cython.Py_ssize_t = vb.shape[1]
+        ta, lda = _layout(va, trans_a, item)
+        tb, ldb = _layout(vb, trans_b, item)
+        if lda == 0 or ldb == 0:
+            return None
+        m: cython.Py_ssize_t = ca if trans_a else ra
+        k: cython.Py_ssize_t = ra if trans_a else ca
+        k2: cython.Py_ssize_t = cb if trans_b else rb
+        n: cython.Py_ssize_t = rb if trans_b else cb
+        if k != k2 or m == 0 or n == 0 or k == 0 or m * n * k < MIN_GEMM_WORK:
+            return None
+        out = np.empty((m, n), dtype)
+        if PyObject_GetBuffer(out, vc, PyBUF_RECORDS) < 0:
+            return None
+        pa: cython.p_void = va.buf
+        pb: cython.p_void = vb.buf
+        pc: cython.p_void = vc.buf
+        ilp64: cython.bint = self._ilp64
+        single: cython.bint = item == 4
+        prev: cython.int = self.state
+        order: cython.int = _ROW_MAJOR
+        self.gemms += 1
+        self.state = NOGIL
+        self._wake_caller()
+        with cython.nogil:
+            if single and ilp64:
+                cython.cast(sgemm64_t, fn)(  # noqa: F821
+                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_float, pa), lda,
+                    cython.cast(cython.p_float, pb), ldb, 0.0, cython.cast(cython.p_float, pc), n)
+            elif single:
+                cython.cast(sgemm32_t, fn)(  # noqa: F821
+                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_float, pa), lda,
+                    cython.cast(cython.p_float, pb), ldb, 0.0, cython.cast(cython.p_float, pc), n)
+            elif ilp64:
+                cython.cast(dgemm64_t, fn)(  # noqa: F821
+                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_double, pa), lda,
+                    cython.cast(cython.p_double, pb), ldb, 0.0, cython.cast(cython.p_double, pc), n)
+            else:
+                cython.cast(dgemm32_t, fn)(  # noqa: F821
+                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_double, pa), lda,
+                    cython.cast(cython.p_double, pb), ldb, 0.0, cython.cast(cython.p_double, pc), n)
+            self.state = prev  # the worker wants the GIL back: the caller yields at its next op
+        PyBuffer_Release(vc)
+        return out
+
+
+@cython.cfunc
+@cython.nogil
+@cython.exceptval(check=False)
+def _add_scaled_f(out: cython.p_float, y: cython.p_float, x: cython.p_float, a: cython.float,
+                  n: cython.Py_ssize_t) -> cython.void:
+    i: cython.Py_ssize_t
+    for i in range(n):
+        out[i] = y[i] + a * x[i]
+
+
+@cython.cfunc
+@cython.nogil
+@cython.exceptval(check=False)
+def _add_scaled_d(out: cython.p_double, y: cython.p_double, x: cython.p_double, a: cython.double,
+                  n: cython.Py_ssize_t) -> cython.void:
+    i: cython.Py_ssize_t
+    for i in range(n):
+        out[i] = y[i] + a * x[i]
+
+
+def add_scaled(out, y, x, a):
+    """``out = y + a * x`` (see ``Handoff.add_scaled``), by numpy where C cannot."""
+    if not HANDOFF.add_scaled(out, y, x, a):
+        np.add(y, np.multiply(x, a, dtype=out.dtype), out=out)
+    return out
+
+
+@cython.cfunc
+def _layout(v: cython.pointer(Py_buffer), trans: cython.bint,  # noqa: F821
+            item: cython.Py_ssize_t) -> tuple:
+    # (CBLAS transpose flag, leading dimension) of a 2-D buffer, (0, 0) when it is neither
+    # row-major nor column-major with unit steps.
+    r: cython.Py_ssize_t = v.shape[0]
+    c: cython.Py_ssize_t = v.shape[1]
+    s0: cython.Py_ssize_t = v.strides[0]
+    s1: cython.Py_ssize_t = v.strides[1]
+    if (s1 == item or c == 1) and s0 % item == 0 and s0 >= c * item:
+        return (_TRANS if trans else _NO_TRANS), s0 // item
+    if (s0 == item or r == 1) and s1 % item == 0 and s1 >= r * item:
+        return (_NO_TRANS if trans else _TRANS), s1 // item
+    return 0, 0
+
+
+HANDOFF = Handoff()
