@@ -52,7 +52,6 @@ else:
     MemoryStats = _mem.MemoryStats
 SWAP, DROP, NONE = _h.SWAP, _h.DROP, _h.NONE
 RUNNING = _handoff.RUNNING
-_HANDOFF: Handoff = _handoff.HANDOFF
 Command, CommandBuffer = _cb.Command, _cb.CommandBuffer
 APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_SCOPE = (
     _cb.APPLY, _cb.DEL, _cb.GET_VALUE, _cb.SWAP_IN, _cb.SWAP_OUT, _cb.DROP, _cb.SET_OPTION,
@@ -122,10 +121,11 @@ class Channel:
         self.scopes = []
         self.stats = {"inplace": 0, "fused_dels": 0, "recomputed": 0}
         if cpu_blas.INFO["reason"] == "not searched":
-            cpu_blas.install(_HANDOFF)
+            cpu_blas.install(_handoff.BLAS)
 
     def _init_worker_state(self):
-        self.worker = Worker(self._process, self.cv, _HANDOFF)
+        self.handoff = Handoff()  # when the worker gets the GIL from the caller (handoff.py)
+        self.worker = Worker(self._process, self.cv, self.handoff, lambda: self.waiting)
         # At async_level 0 every op is waited for anyway: flushed commands then run right here on
         # the caller's thread, which saves the two thread handoffs per op of a round trip.
         self.inline = self.options.values["async_level"] == 0
@@ -246,8 +246,9 @@ class Channel:
                 if cython.cast(tuple, od)[0] is None:
                     self._sync()
                     break
-        if _HANDOFF.state == RUNNING:  # the worker needs the GIL for its Python: let it run
-            _HANDOFF.yield_to_worker()
+        handoff: Handoff = self.handoff
+        if handoff.state == RUNNING:  # the worker needs the GIL for its Python: let it run
+            handoff.yield_to_worker()
         return outputs
 
     def _host_compute(self, op, cls, inputs, out_descs, device):
@@ -941,7 +942,6 @@ class Channel:
                         o.error = lost
         self.cv = threading.Condition()
         self.memory.reset_lock()
-        _HANDOFF.reset()
         self._init_worker_state()
 
 

@@ -21,16 +21,26 @@ ctypedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, con
 cdef class Handoff:
     cdef public int state
     cdef public bint caller_waiting
+    cdef public bint wake_pending
     cdef public long long yields
     cdef public long long timeouts
-    cdef public long long gemms
+    cdef public long long nogil_runs
     cdef PyThread_type_lock _signal
+    cdef PyThread_type_lock _wake
+    cdef object _py_wake
+    cpdef yield_to_worker(self)
+    cpdef worker_idle(self)
+    cpdef wake(self)
+    cpdef sleep(self)
+    cdef _wake_caller(self)
+    cdef int enter_nogil(self)
+
+
+cdef class CpuBlas:
+    cdef public long long gemms
     cdef void *_sgemm
     cdef void *_dgemm
     cdef bint _ilp64
-    cpdef yield_to_worker(self)
-    cpdef worker_idle(self)
-    cdef _wake_caller(self)
     cpdef add_scaled(self, out, y, x, double a)
     cpdef gemm(self, a, b, bint trans_a, bint trans_b)
     cdef _gemm(self, void *fn, a, b, bint trans_a, bint trans_b, dtype)

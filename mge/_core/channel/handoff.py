@@ -6,23 +6,28 @@ time.  CPython gives the GIL to a waiting thread only when the holder blocks or 
 ``sys.getswitchinterval()`` (5 ms): a worker whose matrix product has finished would wait up to
 5 ms for the caller's Python, and the two threads would take turns instead of overlapping.
 
-So the two threads hand the GIL over explicitly (``Handoff``, one per process):
+So the two threads hand the GIL over explicitly (``Handoff``, one per worker):
 
 * the worker says what it is doing: ``IDLE``, ``RUNNING`` (Python: it needs the GIL) or
-  ``NOGIL`` (a matrix product that runs without the GIL, ``gemm``);
+  ``NOGIL`` (a matrix product or a long loop that runs without the GIL: ``BLAS.gemm``,
+  ``add_scaled``);
 * the caller, at each op it issues, calls ``yield_to_worker``: while the worker is ``RUNNING`` it
   releases the GIL and waits until the worker starts a GEMM or runs out of work (at most
   ``YIELD_TIMEOUT_US``, so that a kernel waiting for the caller cannot deadlock it).
 
 The worker's Python then never waits for the caller's, and the caller's Python runs while BLAS
 does: the overlap an asynchronous runtime is for, on two cores.  ``gemm`` calls the CBLAS of
-numpy's own BLAS library (found by ``mge._core.device.cpu_blas``) so that the worker knows when the
-product ends; without it (or in the pure-Python twin) kernels use ``np.matmul`` and nothing is
-handed over.
+numpy's own BLAS library (found by ``mge._core.device.cpu_blas``, held by ``BLAS``, one per
+process) so that the worker knows when the product ends; without it (or in the pure-Python twin)
+kernels use ``np.matmul`` and nothing is handed over.  A kernel finds its worker's hand-off
+through the thread it runs on (``bind``); on the caller's thread (``async_level`` 0) there is
+none and nothing is handed over.
 
 The C layout is in ``handoff.pxd`` (``handoff_c.pxd`` includes it for cimports).
 """
 from __future__ import annotations  # C types in signatures are for Cython only
+
+import threading
 
 import cython
 import numpy as np
@@ -40,7 +45,7 @@ if cython.compiled:
                                                   PyThread_release_lock)
     # PyThread_acquire_lock_timed and the CBLAS function types are declared in handoff.pxd
 
-__all__ = ["Handoff", "HANDOFF", "IDLE", "RUNNING", "NOGIL", "add_scaled"]
+__all__ = ["Handoff", "CpuBlas", "BLAS", "IDLE", "RUNNING", "NOGIL", "add_scaled", "current"]
 
 IDLE, RUNNING, NOGIL = 0, 1, 2
 YIELD_TIMEOUT_US = 500
@@ -54,35 +59,45 @@ _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 class Handoff:
     """The worker's state and the caller's wait for it (see the module docstring).
 
-    Fields (``handoff.pxd``): ``state``, ``caller_waiting``; counters ``yields`` (hand-overs),
-    ``timeouts`` (waits that ended without the worker letting go), ``gemms`` (GEMMs run without
-    the GIL).  Every field is read and written with the GIL held, except ``state`` when a GEMM ends.
+    Fields (``handoff.pxd``): ``state``, ``caller_waiting``, ``wake_pending``; counters ``yields``
+    (hand-overs), ``timeouts`` (waits that ended without the worker letting go), ``nogil_runs``
+    (kernels run without the GIL).  Every field is read and written with the GIL held, except
+    ``state`` when such a kernel ends.
     """
 
     def __init__(self):
         self.state = IDLE
         self.caller_waiting = False
-        self.yields = self.timeouts = self.gemms = 0
-        self._ilp64 = False
+        self.yields = self.timeouts = self.nogil_runs = 0
+        self._new_locks()
+
+    def _new_locks(self):
+        # Both locks start held: no signal pending, nothing to wake the worker for.
+        self.wake_pending = False
         if cython.compiled:
-            self._sgemm = cython.NULL
-            self._dgemm = cython.NULL
             self._signal = PyThread_allocate_lock()
-            if self._signal == cython.NULL:
+            self._wake = PyThread_allocate_lock()
+            if self._signal == cython.NULL or self._wake == cython.NULL:
                 raise MemoryError("Handoff: cannot allocate a lock")
-            PyThread_acquire_lock(self._signal, WAIT_LOCK)  # held: no signal pending
+            PyThread_acquire_lock(self._signal, WAIT_LOCK)
+            PyThread_acquire_lock(self._wake, WAIT_LOCK)
+        else:
+            self._py_wake = threading.Lock()
+            self._py_wake.acquire()
 
     def __dealloc__(self):
-        if cython.compiled and self._signal != cython.NULL:
-            PyThread_free_lock(self._signal)
+        if cython.compiled:
+            if self._signal != cython.NULL:
+                PyThread_free_lock(self._signal)
+            if self._wake != cython.NULL:
+                PyThread_free_lock(self._wake)
 
     def reset(self):
-        """After a fork: no worker, nobody waiting, a fresh lock."""
+        """After a fork: no worker, nobody waiting, fresh locks (the old ones may be held by a
+        thread that does not exist in the child; they are left, not freed)."""
         self.state = IDLE
         self.caller_waiting = False
-        if cython.compiled:
-            self._signal = PyThread_allocate_lock()
-            PyThread_acquire_lock(self._signal, WAIT_LOCK)
+        self._new_locks()
 
     # -- the caller's side ---------------------------------------------------------------------
     def kick(self):
@@ -116,12 +131,68 @@ class Handoff:
         self.state = IDLE
         self._wake_caller()
 
+    @cython.ccall
+    def wake(self):
+        """Wake the sleeping worker (or make its next ``sleep`` return at once)."""
+        if self.wake_pending:
+            return
+        self.wake_pending = True
+        if cython.compiled:
+            PyThread_release_lock(self._wake)
+        else:
+            self._py_wake.release()
+
+    @cython.ccall
+    def sleep(self):
+        """The worker waits, without the GIL, until ``wake``."""
+        if cython.compiled:
+            with cython.nogil:
+                PyThread_acquire_lock(self._wake, WAIT_LOCK)
+        else:
+            self._py_wake.acquire()
+        self.wake_pending = False
+
     @cython.cfunc
     def _wake_caller(self):
         if self.caller_waiting:
             self.caller_waiting = False
             if cython.compiled:
                 PyThread_release_lock(self._signal)
+
+    def bind(self):
+        """Called on the worker's thread: kernels running on it hand the GIL over through this."""
+        _local.handoff = self
+
+    @cython.cfunc
+    def enter_nogil(self) -> cython.int:
+        # a kernel is about to run without the GIL: the caller may have it; returns the state to
+        # restore when the kernel ends (without the GIL: ``state`` is a C field)
+        prev: cython.int = self.state
+        self.nogil_runs += 1
+        self.state = NOGIL
+        self._wake_caller()
+        return prev
+
+
+_local = threading.local()
+
+
+def current():
+    """The hand-off of the worker whose thread calls this, or None."""
+    return getattr(_local, "handoff", None)
+
+
+@cython.cclass
+class CpuBlas:
+    """numpy's CBLAS ``sgemm``/``dgemm`` (``set_blas``), called without the GIL (one per process:
+    ``BLAS``)."""
+
+    def __init__(self):
+        self._ilp64 = False
+        self.gemms = 0
+        if cython.compiled:
+            self._sgemm = cython.NULL
+            self._dgemm = cython.NULL
 
     @cython.ccall
     def add_scaled(self, out, y, x, a: cython.double):
@@ -156,11 +227,8 @@ class Handoff:
             PyBuffer_Release(cython.address(by))
             return False
         n: cython.Py_ssize_t = bo.len // bo.itemsize
-        long_loop: cython.bint = n >= MIN_NOGIL_SIZE
-        prev: cython.int = self.state
-        if long_loop:
-            self.state = NOGIL
-            self._wake_caller()
+        h: Handoff = current() if n >= MIN_NOGIL_SIZE else None
+        prev: cython.int = h.enter_nogil() if h is not None else 0
         with cython.nogil:
             if single:
                 _add_scaled_f(cython.cast(cython.p_float, bo.buf),
@@ -170,8 +238,8 @@ class Handoff:
                 _add_scaled_d(cython.cast(cython.p_double, bo.buf),
                               cython.cast(cython.p_double, by.buf),
                               cython.cast(cython.p_double, bx.buf), a, n)
-            if long_loop:
-                self.state = prev
+            if h is not None:
+                h.state = prev
         PyBuffer_Release(cython.address(bx))
         PyBuffer_Release(cython.address(by))
         PyBuffer_Release(cython.address(bo))
@@ -265,11 +333,10 @@ class Handoff:
         pc: cython.p_void = vc.buf
         ilp64: cython.bint = self._ilp64
         single: cython.bint = item == 4
-        prev: cython.int = self.state
         order: cython.int = _ROW_MAJOR
         self.gemms += 1
-        self.state = NOGIL
-        self._wake_caller()
+        h: Handoff = current()
+        prev: cython.int = h.enter_nogil() if h is not None else 0
         with cython.nogil:
             if single and ilp64:
                 cython.cast(sgemm64_t, fn)(  # noqa: F821
@@ -287,7 +354,8 @@ class Handoff:
                 cython.cast(dgemm32_t, fn)(  # noqa: F821
                     order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_double, pa), lda,
                     cython.cast(cython.p_double, pb), ldb, 0.0, cython.cast(cython.p_double, pc), n)
-            self.state = prev  # the worker wants the GIL back: the caller yields at its next op
+            if h is not None:
+                h.state = prev  # the worker wants the GIL back: the caller yields at its next op
         PyBuffer_Release(vc)
         return out
 
@@ -297,9 +365,14 @@ class Handoff:
 @cython.exceptval(check=False)
 def _add_scaled_f(out: cython.p_float, y: cython.p_float, x: cython.p_float, a: cython.float,
                   n: cython.Py_ssize_t) -> cython.void:
+    # two loops: in place, the compiler then checks only x against y and vectorizes
     i: cython.Py_ssize_t
-    for i in range(n):
-        out[i] = y[i] + a * x[i]
+    if out == y:
+        for i in range(n):
+            out[i] += a * x[i]
+    else:
+        for i in range(n):
+            out[i] = y[i] + a * x[i]
 
 
 @cython.cfunc
@@ -308,13 +381,17 @@ def _add_scaled_f(out: cython.p_float, y: cython.p_float, x: cython.p_float, a: 
 def _add_scaled_d(out: cython.p_double, y: cython.p_double, x: cython.p_double, a: cython.double,
                   n: cython.Py_ssize_t) -> cython.void:
     i: cython.Py_ssize_t
-    for i in range(n):
-        out[i] = y[i] + a * x[i]
+    if out == y:
+        for i in range(n):
+            out[i] += a * x[i]
+    else:
+        for i in range(n):
+            out[i] = y[i] + a * x[i]
 
 
 def add_scaled(out, y, x, a):
     """``out = y + a * x`` (see ``Handoff.add_scaled``), by numpy where C cannot."""
-    if not HANDOFF.add_scaled(out, y, x, a):
+    if not BLAS.add_scaled(out, y, x, a):
         np.add(y, np.multiply(x, a, dtype=out.dtype), out=out)
     return out
 
@@ -335,4 +412,4 @@ def _layout(v: cython.pointer(Py_buffer), trans: cython.bint,  # noqa: F821
     return 0, 0
 
 
-HANDOFF = Handoff()
+BLAS = CpuBlas()

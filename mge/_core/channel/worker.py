@@ -1,10 +1,12 @@
 """The worker thread: executes flushed commands in order.
 
-Waiting is done on the channel's condition variable, never by polling.  A sleeping worker is woken
-only when ``BATCH`` commands have gathered, when a command is urgent (a big kernel, worth running
-beside the caller's Python), or when the caller needs results (``kick``).  Waking a thread costs
-several microseconds and a handoff of the GIL, so a stream of tiny ops is run in batches instead of
-one handoff per op; a busy worker takes new commands without any wake-up.
+A sleeping worker waits on the hand-off's lock (``handoff.py``: without the GIL, no Python
+``Condition``), never by polling.  It is woken only when ``BATCH`` commands have gathered, when a
+command is urgent (a big kernel, worth running beside the caller's Python), or when the caller
+needs results (``kick``).  Waking a thread costs several microseconds and a handoff of the GIL, so
+a stream of tiny ops is run in batches instead of one handoff per op; a busy worker takes new
+commands without any wake-up.  Callers waiting for the queue to drain wait on the channel's
+condition variable, which the worker notifies when it goes idle.
 """
 import collections
 import threading
@@ -18,9 +20,10 @@ BATCH = 32
 class Worker:
     """Runs ``process(cmd)`` for each command of its queue on one thread, in order."""
 
-    def __init__(self, process, cv, handoff, name="mge-worker"):
+    def __init__(self, process, cv, handoff, waiting=lambda: True, name="mge-worker"):
         self.process = process
         self.cv = cv
+        self.waiting = waiting  # whether someone waits on cv for the queue to drain
         self.handoff = handoff  # tells the caller's thread when to give this thread the GIL
         self.name = name
         self.queue = collections.deque()
@@ -44,8 +47,7 @@ class Worker:
                 self._start()
         elif self.idle and self.queue:
             self.handoff.kick()
-            with self.cv:
-                self.cv.notify_all()
+            self.handoff.wake()
 
     def _start(self):
         self.idle = False
@@ -54,32 +56,38 @@ class Worker:
 
     def _run(self):
         self.tid = threading.get_ident()
+        self.handoff.bind()  # kernels on this thread hand the GIL over through it
         q = self.queue
         cv = self.cv
         process = self.process
         handoff = self.handoff
+        waiting = self.waiting
         try:
             while True:
                 if q:
                     process(q.popleft())
                     continue
-                with cv:
-                    self.idle = True
-                    handoff.worker_idle()
-                    cv.notify_all()  # whoever waits for the queue to drain
-                    while not q and not self.stopping:
-                        cv.wait()
-                    if not q and self.stopping:
-                        return
+                self.idle = True
+                handoff.worker_idle()
+                if waiting():  # the caller waits for the queue to drain
+                    with cv:
+                        cv.notify_all()
+                if q:  # a command came after the check above: the caller saw us busy
                     self.idle = False
                     handoff.worker_running()
+                    continue
+                if self.stopping:
+                    return
+                handoff.sleep()
+                self.idle = False
+                handoff.worker_running()
         except BaseException as e:
             self.death = e
             raise
         finally:
+            self.idle = True
+            handoff.worker_idle()
             with cv:
-                self.idle = True
-                handoff.worker_idle()
                 cv.notify_all()
 
     @property
@@ -97,5 +105,6 @@ class Worker:
         with self.cv:
             self.stopping = True
             self.cv.notify_all()
+        self.handoff.wake()
         if threading.get_ident() != self.tid:
             self.thread.join(timeout)

@@ -5,9 +5,9 @@ on PyPI, MKL in some distributions) and loads it when it is imported.  The worke
 library's CBLAS functions directly (``mge._core.channel.handoff``), so that it knows when a
 product ends and can take the GIL back at once; the results are those of ``np.matmul``.
 
-``install(handoff)`` looks for the functions in the libraries mapped into the process, checks
-them against ``np.matmul`` on small products in every layout, and gives their addresses to the
-hand-off; ``MGE_CPU_BLAS=0`` turns this off.  Where nothing is found (another OS, another BLAS
+``install(blas)`` looks for the functions in the libraries mapped into the process, checks
+them against ``np.matmul`` on small products in every layout, and gives their addresses to
+``handoff.BLAS``; ``MGE_CPU_BLAS=0`` turns this off.  Where nothing is found (another OS, another BLAS
 naming), kernels keep using ``np.matmul``.
 """
 import ctypes
@@ -73,7 +73,7 @@ def find():
     return None
 
 
-def _agrees(handoff):
+def _agrees(blas):
     # Every layout and transposition against np.matmul, in both precisions.
     rng = np.random.RandomState(0)
     for dtype, tol in ((np.float32, 1e-4), (np.float64, 1e-10)):
@@ -82,15 +82,15 @@ def _agrees(handoff):
                 for order in ("C", "F"):
                     a = rng.randn(*((47, 33) if ta else (33, 47))).astype(dtype, order=order)
                     b = rng.randn(*((29, 47) if tb else (47, 29))).astype(dtype, order=order)
-                    got = handoff.gemm(a, b, ta, tb)
+                    got = blas.gemm(a, b, ta, tb)
                     want = np.matmul(a.T if ta else a, b.T if tb else b)
                     if got is None or got.dtype != want.dtype or not np.allclose(got, want, rtol=tol, atol=tol):
                         return False
     return True
 
 
-def install(handoff):
-    """Give ``handoff`` numpy's CBLAS if it is found and agrees with ``np.matmul``; returns INFO."""
+def install(blas):
+    """Give ``blas`` numpy's CBLAS if it is found and agrees with ``np.matmul``; returns INFO."""
     if os.environ.get("MGE_CPU_BLAS", "1") in ("0", ""):
         INFO.update(library=None, sgemm=None, ilp64=None, reason="MGE_CPU_BLAS=0")
         return INFO
@@ -99,12 +99,12 @@ def install(handoff):
         INFO.update(library=None, sgemm=None, ilp64=None, reason="no CBLAS found")
         return INFO
     path, s, d, ilp64, sname = found
-    handoff.set_blas(s, d, ilp64)
-    if not handoff.has_blas:
+    blas.set_blas(s, d, ilp64)
+    if not blas.has_blas:
         INFO.update(library=path, sgemm=sname, ilp64=ilp64, reason="pure-Python modules")
         return INFO
-    if not _agrees(handoff):
-        handoff.set_blas(0, 0, False)
+    if not _agrees(blas):
+        blas.set_blas(0, 0, False)
         INFO.update(library=path, sgemm=sname, ilp64=ilp64, reason="disagreed with np.matmul")
         return INFO
     INFO.update(library=path, sgemm=sname, ilp64=ilp64, reason="in use")

@@ -1,0 +1,255 @@
+"""The GIL hand-off between the caller and the worker, numpy's CBLAS without the GIL, and the C
+loop of the SGD update (``mge/_core/channel/handoff.py``, ``mge/_core/device/cpu_blas.py``).
+
+In the pure-Python twin nothing runs without the GIL: ``BLAS.gemm`` and ``BLAS.add_scaled``
+decline (kernels use numpy) and the hand-off never waits; the tests check that too.
+"""
+import os
+import subprocess
+import sys
+import textwrap
+import threading
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import mge
+import mge.functional as F
+import mge.module as M
+import mge.optimizer as optim
+from mge._core import _accel
+from mge._core.channel import get_channel
+from mge._core.device import cpu_blas
+from mge.autodiff import GradManager
+from mge.core import OpDef, TensorDesc, apply, def_infer, def_kernel
+
+_handoff = _accel.load("mge._core.channel.handoff")
+BLAS = _handoff.BLAS
+COMPILED = _accel.MODES.get("mge._core.channel.handoff") == "compiled"
+ch = get_channel()
+
+
+def _operand(rng, shape, trans, order, dtype):
+    rows, cols = shape[::-1] if trans else shape
+    return rng.standard_normal((rows, cols)).astype(dtype, order=order)
+
+
+# -- finding numpy's BLAS ------------------------------------------------------------------------
+def test_numpy_blas_is_found_where_it_can_be_and_checked():
+    info = cpu_blas.INFO
+    if not COMPILED:
+        assert not BLAS.has_blas
+        assert info["reason"] in ("pure-Python modules", "no CBLAS found", "MGE_CPU_BLAS=0")
+        return
+    if info["library"] is None:  # another platform or BLAS naming: numpy does the products
+        assert not BLAS.has_blas and info["reason"] == "no CBLAS found"
+        return
+    assert info["reason"] == "in use" and BLAS.has_blas
+    assert "gemm" in info["sgemm"] and isinstance(info["ilp64"], bool)
+
+
+def test_mge_cpu_blas_0_turns_it_off():
+    code = textwrap.dedent("""
+        import numpy as np, mge
+        from mge._core.device import cpu_blas
+        from mge._core import _accel
+        blas = _accel.load("mge._core.channel.handoff").BLAS
+        a = np.ones((64, 64), np.float32)
+        print(cpu_blas.INFO["reason"], blas.has_blas, blas.gemm(a, a, False, False) is None)
+        x = mge.tensor(a)
+        print(float((x @ x).numpy()[0, 0]))
+    """)
+    env = dict(os.environ, MGE_CPU_BLAS="0")
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["MGE_CPU_BLAS=0", "False", "True", "64.0"]
+
+
+# -- gemm ----------------------------------------------------------------------------------------
+@settings(max_examples=60, deadline=None)
+@given(m=st.integers(1, 70), n=st.integers(1, 70), k=st.integers(1, 70),
+       ta=st.booleans(), tb=st.booleans(), order_a=st.sampled_from("CF"),
+       order_b=st.sampled_from("CF"), dtype=st.sampled_from([np.float32, np.float64]))
+def test_gemm_matches_np_matmul_in_every_layout(m, n, k, ta, tb, order_a, order_b, dtype):
+    rng = np.random.default_rng(m * 10007 + n * 101 + k)
+    a = _operand(rng, (m, k), ta, order_a, dtype)
+    b = _operand(rng, (k, n), tb, order_b, dtype)
+    want = np.matmul(a.T if ta else a, b.T if tb else b)
+    got = BLAS.gemm(a, b, ta, tb)
+    if not BLAS.has_blas or m * n * k < _handoff.MIN_GEMM_WORK:
+        assert got is None  # the kernel then uses np.matmul
+        return
+    assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
+    tol = 1e-4 if dtype == np.float32 else 1e-12
+    np.testing.assert_allclose(got, want, rtol=tol, atol=tol * np.abs(want).max())
+
+
+def test_gemm_reads_strided_rows_and_declines_what_blas_cannot_take():
+    rng = np.random.default_rng(0)
+    big = rng.standard_normal((80, 100)).astype(np.float32)
+    a, b = big[:64, :50], big[:50, 10:90]  # row-major with a leading dimension of 100
+    got = BLAS.gemm(a, b, False, False)
+    if BLAS.has_blas:
+        np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
+    else:
+        assert got is None
+    # every other column, float16, ints, mixed dtypes, 3-D: numpy's job
+    assert BLAS.gemm(big[:, ::2], big[:50, :40], False, False) is None
+    h = big.astype(np.float16)
+    assert BLAS.gemm(h[:64, :50], h[:50, :80], False, False) is None
+    i = big.astype(np.int32)
+    assert BLAS.gemm(i[:64, :50], i[:50, :80], False, False) is None
+    assert BLAS.gemm(a, b.astype(np.float64), False, False) is None
+    assert BLAS.gemm(big.reshape(8, 10, 100), big[:100, :80], False, False) is None
+
+
+@pytest.mark.parametrize("ta", [False, True])
+@pytest.mark.parametrize("tb", [False, True])
+def test_matmul_op_gives_np_matmul_results_through_blas(ta, tb):
+    rng = np.random.default_rng(1)
+    a = _operand(rng, (64, 96), ta, "C", np.float32)
+    b = _operand(rng, (96, 80), tb, "C", np.float32)
+    before = BLAS.gemms
+    got = F.matmul(mge.tensor(a), mge.tensor(b), transpose_a=ta, transpose_b=tb).numpy()
+    np.testing.assert_allclose(got, np.matmul(a.T if ta else a, b.T if tb else b),
+                               rtol=1e-5, atol=1e-4)
+    assert BLAS.gemms == before + (1 if BLAS.has_blas else 0)
+
+
+# -- add_scaled (the SGD update) -----------------------------------------------------------------
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("n", [7, 1000, (1 << 15) + 3])  # the last runs without the GIL
+@pytest.mark.parametrize("in_place", [False, True])
+def test_add_scaled_gives_numpy_bits(dtype, n, in_place):
+    rng = np.random.default_rng(n)
+    y, x = rng.standard_normal(n).astype(dtype), rng.standard_normal(n).astype(dtype)
+    a = -0.0123456789
+    want = y + np.multiply(x, a, dtype=dtype)   # numpy: a rounded to the dtype, two roundings
+    out = y if in_place else np.empty_like(y)
+    assert _handoff.add_scaled(out, y, x, a) is out
+    np.testing.assert_array_equal(out, want)
+
+
+def test_add_scaled_falls_back_to_numpy_where_c_cannot():
+    y = np.arange(20, dtype=np.float32)
+    x = np.ones(40, dtype=np.float32)[::2]  # not contiguous
+    assert not BLAS.add_scaled(y.copy(), y, x, 2.0)
+    out = np.empty_like(y)
+    np.testing.assert_array_equal(_handoff.add_scaled(out, y, x, 2.0), y + 2.0)
+    h = np.ones(5, np.float16)
+    assert not BLAS.add_scaled(h.copy(), h, h, 1.0)
+    np.testing.assert_array_equal(_handoff.add_scaled(np.empty_like(h), h, h, 1.0), h * 2)
+
+
+def _train(level, steps=3):
+    mge.config.async_level = level
+    try:
+        mge.random.seed(5)
+        net = M.Sequential(M.Linear(300, 200), M.ReLU(), M.Linear(200, 10))
+        gm = GradManager().attach(net.parameters())
+        opt = optim.SGD(net.parameters(), lr=0.05)
+        rng = np.random.default_rng(2)
+        x = mge.tensor(rng.standard_normal((32, 300)).astype("float32"))
+        y = mge.tensor(rng.integers(0, 10, 32).astype("int32"))
+        losses = []
+        for _ in range(steps):
+            with gm:
+                loss = F.nn.cross_entropy(net(x), y)
+                gm.backward(loss)
+            opt.step().clear_grad()
+            losses.append(float(loss.numpy()))
+        return losses, [p.numpy().copy() for p in net.parameters()]
+    finally:
+        mge.config.async_level = 2
+
+
+def test_sgd_writes_parameters_in_place_with_the_same_bits():
+    # At level 2 the Del of a parameter's old value is fused into its update, which then writes
+    # the new value over the old buffer; at level 0 nothing is fused (a new buffer each step).
+    before = ch.stats["inplace"]
+    fused_losses, fused = _train(2)
+    assert ch.stats["inplace"] - before >= 3 * 4  # four parameters, three steps
+    plain_losses, plain = _train(0)
+    assert fused_losses == plain_losses
+    for a, b in zip(fused, plain):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_sgd_does_not_write_over_a_parameter_the_user_still_sees():
+    p = mge.Parameter(np.ones(50000, np.float32))
+    view = p.numpy()  # a read-only view of the current buffer
+    opt = optim.SGD([p], lr=0.5)
+    p.grad = mge.tensor(np.ones(50000, np.float32))
+    opt.step()
+    np.testing.assert_array_equal(p.numpy(), np.full(50000, 0.5, np.float32))
+    np.testing.assert_array_equal(view, np.ones(50000, np.float32))  # untouched
+
+
+# -- the hand-off ----------------------------------------------------------------------------------
+class _WaitForCaller(OpDef):
+    """Identity whose kernel waits (in Python, GIL released) until the test sets its event."""
+    _fields = ("key",)
+
+
+_EVENTS = {}
+
+
+@def_infer(_WaitForCaller)
+def _same(op, descs):
+    return [TensorDesc(descs[0][0], descs[0][1])]
+
+
+@def_kernel(_WaitForCaller)
+def _wait_kernel(op, x):
+    started, go = _EVENTS[op.key]
+    started.set()
+    go.wait(30)
+    return (x.copy(),)
+
+
+def test_the_caller_does_not_hang_on_a_worker_that_waits_for_it():
+    # The worker runs Python (state RUNNING) and waits for the caller: the caller's yield must
+    # time out instead of waiting for a hand-off that cannot come.
+    started, go = threading.Event(), threading.Event()
+    _EVENTS["w"] = (started, go)
+    try:
+        h = ch.handoff
+        x = mge.tensor(np.arange(100, dtype=np.float32))
+        y = apply(_WaitForCaller("w"), x)[0]
+        ch.flush()
+        assert started.wait(30)
+        t0 = h.timeouts
+        z = x * 2  # the caller yields to the RUNNING worker, which does not let go
+        if COMPILED:
+            assert h.timeouts == t0 + 1
+        go.set()
+        np.testing.assert_array_equal(y.numpy(), np.arange(100))
+        np.testing.assert_array_equal(z.numpy(), np.arange(100) * 2)
+    finally:
+        go.set()
+        del _EVENTS["w"]
+
+
+def test_worker_sleeps_and_wakes_through_the_handoff():
+    h = ch.handoff
+    mge._full_sync()
+    assert ch.worker.idle and h.state == _handoff.IDLE
+    x = mge.tensor(np.ones(1 << 15, np.float32))  # big: the worker is woken at once
+    y = x + 1
+    np.testing.assert_array_equal(y.numpy(), np.full(1 << 15, 2, np.float32))
+    mge._full_sync()
+    assert ch.worker.idle and h.state == _handoff.IDLE and not h.caller_waiting
+
+
+def test_gemms_run_without_the_gil_on_the_worker():
+    h = ch.handoff
+    before = h.nogil_runs
+    a = mge.tensor(np.ones((64, 128), np.float32))
+    w = mge.tensor(np.ones((128, 128), np.float32))
+    for _ in range(3):
+        a = F.matmul(a, w) * (1 / 128)
+    np.testing.assert_allclose(a.numpy(), np.ones((64, 128)), rtol=1e-6)
+    assert h.nogil_runs - before == (3 if BLAS.has_blas else 0)
