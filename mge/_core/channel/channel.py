@@ -30,7 +30,7 @@ import cython
 import numpy as np
 
 from .. import _accel
-from ..ops.base import HOST, INFER, INPLACE, KERNELS
+from ..ops.base import HOST, INFER, INPLACE, KERNELS, ON_WORKER
 from ..device import cpu_blas
 from .options import Options
 from .worker import Worker
@@ -62,7 +62,6 @@ __all__ = ["Channel", "get_channel", "UnusableTensorError", "AsyncError", "HOST_
 _get_ident = threading.get_ident
 _ndarray = np.ndarray
 _CPU_KERNELS = KERNELS["cpu"]
-URGENT_SIZE = 1 << 14  # outputs of this many elements take long enough to run in parallel
 HOST_COMPUTE_SIZE = 7  # the seed's limit for values kept and computed on the host
 
 ASYNC_HINT = ("Hint: this is where it is reported, not where it happened. "
@@ -125,7 +124,7 @@ class Channel:
 
     def _init_worker_state(self):
         self.handoff = Handoff()  # when the worker gets the GIL from the caller (handoff.py)
-        self.worker = Worker(self._process, self.cv, self.handoff, lambda: self.waiting)
+        self.worker = Worker(self._process, self.cv, self.handoff, lambda: self.waiting, _offload)
         # At async_level 0 every op is waited for anyway: flushed commands then run right here on
         # the caller's thread, which saves the two thread handoffs per op of a round trip.
         self.inline = self.options.values["async_level"] == 0
@@ -142,11 +141,28 @@ class Channel:
             self._process(cmd)
         else:
             self.worker.add_task(cmd)
+            self._pump()
+
+    def _pump(self):
+        # Run the queue's head commands here, in order, while the worker is idle and they are not
+        # the worker's (``_offload``); wake the worker for the first one that is.  Errors are
+        # caught by _process and reported at the next sync point, as the worker's are.
+        worker = self.worker
+        q = worker.queue
+        if worker.death is not None:  # nothing runs any more: the waits report the death
+            return
+        while q and worker.idle:
+            cmd = q[0]
+            if _offload(cmd):
+                worker.kick()
+                return
+            q.popleft()
+            self._process(cmd)
 
     def flush(self):
-        """Hand the buffered commands to the worker and wake it (no waiting)."""
+        """Run or hand over the buffered commands (no waiting)."""
         self.buffer.flush()
-        self.worker.kick()
+        self._pump()
 
     # -- guards --------------------------------------------------------------------------------
     def _check(self, what):
@@ -220,18 +236,14 @@ class Channel:
             if host:
                 return self._host_compute(op, cls, inputs, out_descs, device)
         outputs = []
-        size: cython.Py_ssize_t = 0
         for od in out_descs:
             d = cython.cast(tuple, od)
             info = _new_info(d[0], d[1], device)
             info.in_worker = True
             outputs.append(info)
-            size += URGENT_SIZE if d[0] is None else _size(d[0])
         for info in inputs:
             info.in_worker = True
-        cmd = Command(APPLY, op, list(inputs), outputs)
-        cmd.urgent = size >= URGENT_SIZE  # a big kernel: start it now, beside the caller's Python
-        self.buffer.enqueue(cmd)
+        self.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
         level = values["async_level"]
         if level == 0:
             if self.inline:  # the commands run right here when flushed: nothing to wait for
@@ -323,7 +335,7 @@ class Channel:
                         # swapped out or dropped: the worker brings it back (cv is reentrant)
                         requested = True
                         self.buffer.enqueue(Command(GET_VALUE, dest=info))
-                        self.worker.kick()
+                        self.flush()
                         continue
                     if self.worker.death is not None:
                         raise RuntimeError("the mge worker thread died") from self.worker.death
@@ -332,7 +344,9 @@ class Channel:
                             raise RuntimeError("waiting for a tensor that nothing will produce")
                         requested = False  # evicted again (DTR) after it was brought back
                         continue
-                    self.worker.kick()
+                    self._pump()
+                    if info.value is not None or info.error is not None or self.errors:
+                        continue
                     self.cv.wait()
             finally:
                 self.waiting = False
@@ -359,7 +373,10 @@ class Channel:
         with self.cv:
             self.waiting = True
             try:
-                while not self.worker.finished():
+                while True:
+                    self._pump()
+                    if self.worker.finished():
+                        break
                     if self.worker.death is not None:
                         raise RuntimeError("the mge worker thread died") from self.worker.death
                     self.cv.wait()
@@ -1012,6 +1029,29 @@ def _size(shape):
     for s in shape:
         n *= s
     return n
+
+
+_WORKER_RULES = {}  # op class -> ON_WORKER's rule, None (the caller's) or True (not mge's op)
+
+
+def _offload(cmd):
+    """Whether the worker thread runs ``cmd`` (see ``ON_WORKER`` in ``mge/_core/ops/base.py``)."""
+    if cmd.kind != APPLY:
+        return False
+    op = cmd.op
+    cls = type(op)
+    try:
+        rule = _WORKER_RULES[cls]
+    except KeyError:
+        rule = ON_WORKER.get(cls)
+        if rule is None and not cls.__module__.startswith(("mge.", "mge_plugins.")):
+            rule = True  # a user's op: it may block or take long, as MegEngine's worker allows
+        _WORKER_RULES[cls] = rule
+    if rule is None:
+        return False
+    if rule is True:
+        return True
+    return rule(op, cmd.inputs, cmd.outputs)
 
 
 def _kernel(op, cls, kind):

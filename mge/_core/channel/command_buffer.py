@@ -43,7 +43,6 @@ class Command:
     dels = cython.declare(list, visibility="public")
     dest = cython.declare(object, visibility="public")
     value = cython.declare(object, visibility="public")
-    urgent = cython.declare(cython.bint, visibility="public")  # wake the worker at once
 
     def __init__(self, kind, op=None, inputs=None, outputs=None, dest=None, value=None):
         self.kind = kind
@@ -53,7 +52,6 @@ class Command:
         self.dels = None
         self.dest = dest
         self.value = value
-        self.urgent = False
 
     def uses(self, info):
         """Whether this command reads ``info`` (a later Del must then not move before it)."""

@@ -25,6 +25,7 @@ cdef class Handoff:
     cdef public long long yields
     cdef public long long timeouts
     cdef public long long nogil_runs
+    cdef public long long yield_timeout_us
     cdef PyThread_type_lock _signal
     cdef PyThread_type_lock _wake
     cdef object _py_wake

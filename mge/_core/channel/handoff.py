@@ -59,7 +59,8 @@ _FLOAT32, _FLOAT64 = np.dtype(np.float32), np.dtype(np.float64)
 class Handoff:
     """The worker's state and the caller's wait for it (see the module docstring).
 
-    Fields (``handoff.pxd``): ``state``, ``caller_waiting``, ``wake_pending``; counters ``yields``
+    Fields (``handoff.pxd``): ``state``, ``caller_waiting``, ``wake_pending``,
+    ``yield_timeout_us`` (the longest the caller waits; 0: it never yields); counters ``yields``
     (hand-overs), ``timeouts`` (waits that ended without the worker letting go), ``nogil_runs``
     (kernels run without the GIL).  Every field is read and written with the GIL held, except
     ``state`` when such a kernel ends.
@@ -69,6 +70,7 @@ class Handoff:
         self.state = IDLE
         self.caller_waiting = False
         self.yields = self.timeouts = self.nogil_runs = 0
+        self.yield_timeout_us = YIELD_TIMEOUT_US  # 0: the caller never yields
         self._new_locks()
 
     def _new_locks(self):
@@ -107,12 +109,12 @@ class Handoff:
     @cython.ccall
     def yield_to_worker(self):
         """Let a ``RUNNING`` worker have the GIL until it starts a GEMM or goes idle."""
-        if not cython.compiled or self.state != RUNNING:
+        if not cython.compiled or self.state != RUNNING or self.yield_timeout_us <= 0:
             return
         self.caller_waiting = True
         self.yields += 1
         got: cython.int
-        timeout: cython.longlong = YIELD_TIMEOUT_US
+        timeout: cython.longlong = self.yield_timeout_us
         with cython.nogil:
             got = PyThread_acquire_lock_timed(self._signal, timeout, 0)  # noqa: F821
         if self.caller_waiting:  # no signal came

@@ -1,12 +1,15 @@
-"""The worker thread: executes flushed commands in order.
+"""The worker thread: runs the long kernels (matrix products, convolutions, ops it does not know)
+in order, beside the caller's Python.
+
+Python runs one thread at a time, so the worker only pays for itself while its kernel runs without
+the GIL (BLAS).  The caller's thread therefore runs the other commands itself when it flushes them
+(``Channel._pump``: short elementwise, reduction, indexing and shape kernels, Dels) and hands the
+worker the command at the head of the queue only when ``offload(cmd)`` says it is long.  Commands
+run strictly in queue order: while the worker runs one, everything behind it waits.
 
 A sleeping worker waits on the hand-off's lock (``handoff.py``: without the GIL, no Python
-``Condition``), never by polling.  It is woken only when ``BATCH`` commands have gathered, when a
-command is urgent (a big kernel, worth running beside the caller's Python), or when the caller
-needs results (``kick``).  Waking a thread costs several microseconds and a handoff of the GIL, so
-a stream of tiny ops is run in batches instead of one handoff per op; a busy worker takes new
-commands without any wake-up.  Callers waiting for the queue to drain wait on the channel's
-condition variable, which the worker notifies when it goes idle.
+``Condition``), never by polling; ``kick`` wakes it.  Callers waiting for results wait on the
+channel's condition variable, which the worker notifies when it goes idle.
 """
 import collections
 import threading
@@ -14,43 +17,40 @@ import threading
 __all__ = ["Worker"]
 
 
-BATCH = 32
-
-
 class Worker:
-    """Runs ``process(cmd)`` for each command of its queue on one thread, in order."""
+    """Runs ``process(cmd)`` on one thread for the commands at the head of its queue that
+    ``offload(cmd)`` accepts; goes idle at the first one it does not (the caller runs it)."""
 
-    def __init__(self, process, cv, handoff, waiting=lambda: True, name="mge-worker"):
+    def __init__(self, process, cv, handoff, waiting=lambda: True, offload=lambda cmd: True,
+                 name="mge-worker"):
         self.process = process
         self.cv = cv
-        self.waiting = waiting  # whether someone waits on cv for the queue to drain
         self.handoff = handoff  # tells the caller's thread when to give this thread the GIL
+        self.waiting = waiting  # whether someone waits on cv for the worker
+        self.offload = offload  # whether a command is the worker's to run
         self.name = name
         self.queue = collections.deque()
-        self.idle = True
+        self.idle = True        # not running a command (the caller may run the head itself)
         self.stopping = False
         self.thread = None
         self.tid = None
         self.death = None  # the exception that ended the thread (catch_worker_execption=0)
 
     def add_task(self, cmd):
-        q = self.queue
-        q.append(cmd)
-        if self.idle and (cmd.urgent or len(q) >= BATCH):
-            self.kick()
+        self.queue.append(cmd)
 
     def kick(self):
-        """Make a sleeping worker start on its queue (callers that wait for results call this)."""
+        """Make the worker run the head of the queue (the caller found it is the worker's)."""
+        if not self.queue or not self.idle:
+            return
+        self.idle = False  # from now on the caller leaves the queue to the worker
+        self.handoff.kick()
         if self.thread is None:
-            if self.queue:
-                self.handoff.kick()
-                self._start()
-        elif self.idle and self.queue:
-            self.handoff.kick()
+            self._start()
+        else:
             self.handoff.wake()
 
     def _start(self):
-        self.idle = False
         self.thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self.thread.start()
 
@@ -60,26 +60,27 @@ class Worker:
         q = self.queue
         cv = self.cv
         process = self.process
+        offload = self.offload
         handoff = self.handoff
         waiting = self.waiting
         try:
             while True:
-                if q:
+                # ``idle`` is False only when the caller kicked us: the queue is ours until we
+                # give it back (a spurious wake-up must not take a command the caller may run)
+                if not self.idle and q and offload(q[0]):
                     process(q.popleft())
                     continue
                 self.idle = True
                 handoff.worker_idle()
-                if waiting():  # the caller waits for the queue to drain
+                if waiting():  # the caller waits for results or for the queue to drain
                     with cv:
                         cv.notify_all()
-                if q:  # a command came after the check above: the caller saw us busy
-                    self.idle = False
+                if not self.idle:  # kicked again meanwhile
                     handoff.worker_running()
                     continue
                 if self.stopping:
                     return
                 handoff.sleep()
-                self.idle = False
                 handoff.worker_running()
         except BaseException as e:
             self.death = e
@@ -99,7 +100,7 @@ class Worker:
         return not self.queue and (self.idle or self.death is not None or not self.alive)
 
     def stop(self, timeout=10.0):
-        """Finish the queue, then end the thread."""
+        """End the thread (the caller has drained the queue)."""
         if self.thread is None:
             return
         with self.cv:

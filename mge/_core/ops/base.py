@@ -16,6 +16,10 @@ of an op are kept in tables keyed by the op's class, as JAX keys rules by primit
   ``mge.functional``, so they walk the transformation stack: a grad key recording above the one
   running backward sees them, which gives higher-order gradients.
 * ``HOST[cls]`` -- optional host-compute rule for tiny values (defaults to the CPU kernel).
+* ``ON_WORKER[cls]`` -- ``True`` or ``rule(op, input_infos, output_infos) -> bool``: the kernel
+  is long and mostly runs without the GIL (matrix products, convolutions), so at ``async_level``
+  1 and 2 the worker thread runs it beside the caller's Python.  Other built-in ops run on the
+  caller's thread when their command is flushed; ops defined outside mge always run on the worker.
 * ``INPLACE[cls](op, arrays, k) -> tuple of arrays`` -- optional CPU kernel that writes output 0
   into ``arrays[k]``, the buffer of an input that this op is the last user of (the channel checks
   that nothing else sees it).  Elementwise ops do this without an entry (their ufunc's ``out=``).
@@ -26,7 +30,7 @@ import numpy as np
 
 __all__ = [
     "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "KEEPS_OUTPUTS", "HOST", "INPLACE",
-    "def_infer", "def_kernel", "def_inplace", "def_backward", "op_error", "unknown",
+    "ON_WORKER", "def_infer", "def_kernel", "def_inplace", "def_on_worker", "def_backward", "op_error", "unknown",
 ]
 
 INFER = {}
@@ -35,6 +39,7 @@ BACKWARD = {}
 KEEPS_OUTPUTS = {}  # cls -> predicate(op): the backward rule reads the forward outputs
 HOST = {}
 INPLACE = {}
+ON_WORKER = {}
 
 
 class TensorDesc(tuple):
@@ -174,6 +179,13 @@ def def_inplace(cls):
         INPLACE[cls] = fn
         return fn
     return deco
+
+
+def def_on_worker(cls, rule=True):
+    """Say that ``cls``'s kernel runs on the worker thread (always, or when ``rule(op,
+    input_infos, output_infos)`` says so; see the module docstring)."""
+    ON_WORKER[cls] = rule
+    return cls
 
 
 def def_backward(cls, keeps_outputs=False):

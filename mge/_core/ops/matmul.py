@@ -16,7 +16,7 @@ Backward rules are at the end; a product's gradients are one product each (``_MM
 import numpy as np
 
 from .._accel import load
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, def_on_worker, op_error
 from .gradutil import cached_op, ew, fit, output, reshape, run, runs
 
 __all__ = ["MatrixMul", "BatchedMatrixMul", "Dot", "MatInv", "SVD"]
@@ -130,6 +130,24 @@ def _matmul_kernel(op, a, b):
 
 def_kernel(MatrixMul)(_matmul_kernel)
 def_kernel(BatchedMatrixMul)(_matmul_kernel)
+
+MIN_WORKER_WORK = 1 << 18  # multiply-adds: a product this large runs on the worker thread
+
+
+def _long_product(op, inputs, outputs):
+    # m * n * k of the product (unknown shapes: assume long)
+    out, a = outputs[0].shape, inputs[0].shape
+    if out is None or a is None or not a:
+        return True
+    k = a[-2] if op.transposeA and len(a) >= 2 else a[-1]
+    n = k
+    for s in out:
+        n *= s
+    return n >= MIN_WORKER_WORK
+
+
+def_on_worker(MatrixMul, _long_product)
+def_on_worker(BatchedMatrixMul, _long_product)
 
 
 @def_infer(Dot)

@@ -21,7 +21,8 @@ import itertools
 import numpy as np
 from numpy.lib.stride_tricks import sliding_window_view
 
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .base import (OpDef, TensorDesc, def_backward, def_infer, def_kernel, def_on_worker,
+                   op_error)
 from .gradutil import cached_op, run
 
 __all__ = ["Convolution", "ConvolutionBackwardData", "ConvolutionBackwardFilter", "conv_out_size"]
@@ -346,3 +347,8 @@ def _conv_filter_grad(op, inputs, outputs, grads, needs):
     dx = _input_grad(op, g, dy, x.shape[2:]) if needs[0] else None
     ddy = _output_grad(op, x, g, dy.shape[2:]) if needs[1] else None
     return [dx, ddy, None]
+
+
+# Convolutions are matrix products (BLAS, without the GIL): the worker runs them.
+for _cls in (Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter):
+    def_on_worker(_cls)
