@@ -29,7 +29,7 @@ HOST_COMPUTE_SIZE = _accel.load("mge._core.channel.channel").HOST_COMPUTE_SIZE
 from mge._core.device import as_device
 
 ch = get_channel()
-N = 16  # elements: more than HOST_COMPUTE_SIZE, so ops on these run on the worker
+N = 16  # elements: more than HOST_COMPUTE_SIZE, so ops on these are queued (not host-computed)
 SUBPROCESS_TIMEOUT = 60
 
 

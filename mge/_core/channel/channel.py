@@ -1,15 +1,19 @@
 """The channel: the one door through which tensors are created, computed, read and freed.
 
-MegEngine's interpreter channel (seed ``003``), on a worker thread:
+MegEngine's interpreter channel (seed ``003``):
 
 * ``apply_op`` infers the output shapes and dtypes at once (an unknown shape is allowed) and
-  queues an ``ApplyOp`` command; the worker runs the kernel later.  Ops whose inputs are all tiny
-  host values (at most ``HOST_COMPUTE_SIZE`` elements, the seed's DEFAULT_CPU dispatch) run at once
-  on the caller's thread instead, so shape arithmetic never waits for the worker.
+  queues an ``ApplyOp`` command; the kernel runs later.  Ops whose inputs are all tiny host values
+  (at most ``HOST_COMPUTE_SIZE`` elements, the seed's DEFAULT_CPU dispatch) run at once on the
+  caller's thread instead, so shape arithmetic never waits.
 * Commands pass through a ``CommandBuffer`` that fuses ``Del`` into the op that last read the
-  tensor; the worker then frees the input before the kernel and an elementwise kernel may write its
-  output into the freed buffer.
-* An error in the worker marks that command's outputs invalid and is raised at the next sync point
+  tensor; the input is then freed before the kernel and an elementwise kernel (or an op's
+  ``INPLACE`` kernel) may write its output into the freed buffer.
+* Queued commands run in order.  Long kernels that mostly run without the GIL (``ON_WORKER``:
+  matrix products, convolutions) and ops from outside mge run on the worker thread; the caller
+  runs the others itself when it flushes them (``_pump``), and gives the worker the GIL when it
+  needs it (``handoff.py``).
+* An error in a kernel marks that command's outputs invalid and is raised at the next sync point
   on the caller's thread as ``AsyncError`` (``__cause__``: the original), once; at
   ``async_level=0`` the original error is raised by the call that caused it.
 * ``_swap_out``/``_swap_in`` move a value to host memory and back; ``_drop`` frees it and
