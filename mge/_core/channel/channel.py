@@ -155,6 +155,9 @@ class Channel:
         q = worker.queue
         if worker.death is not None:  # nothing runs any more: the waits report the death
             return
+        if self.waiting:  # the caller only waits: the worker runs everything, without hand-offs
+            worker.kick()
+            return
         while q and worker.idle:
             cmd = q[0]
             if _offload(cmd):
@@ -209,6 +212,9 @@ class Channel:
             self.buffer.defer(Command(DEL, dest=info))
         else:
             self.buffer.enqueue(Command(DEL, dest=info))
+            handoff: Handoff = self.handoff
+            if handoff.state == RUNNING:  # as in apply_op: a worker back from BLAS goes on
+                handoff.yield_to_worker()
 
     # -- computing -----------------------------------------------------------------------------
     def apply_op(self, op, inputs):
@@ -321,10 +327,10 @@ class Channel:
         return info.device
 
     def _wait(self, info):
-        self.flush()
         with self.cv:
             self.waiting = True
             try:
+                self.flush()
                 requested = False
                 while True:
                     if self.errors:
@@ -373,10 +379,10 @@ class Channel:
 
     def wait_idle(self):
         """Flush and wait for the worker to drain, without raising its errors."""
-        self.flush()
         with self.cv:
             self.waiting = True
             try:
+                self.flush()
                 while True:
                     self._pump()
                     if self.worker.finished():
@@ -480,15 +486,15 @@ class Channel:
         try:
             self._run_command(cmd)
         except Exception as e:
-            if cmd.kind == APPLY:
-                for o in cmd.outputs:
-                    o.error = e
-                if cmd.dels:
-                    for d in cmd.dels:
-                        self._free(d)
-            elif cmd.dest is not None and cmd.kind != DEL:
-                cmd.dest.error = e
-            with self.cv:
+            with self.cv:  # a waiter sees the outputs' error and the error to report together
+                if cmd.kind == APPLY:
+                    for o in cmd.outputs:
+                        o.error = e
+                    if cmd.dels:
+                        for d in cmd.dels:
+                            self._free(d)
+                elif cmd.dest is not None and cmd.kind != DEL:
+                    cmd.dest.error = e
                 self.errors.append(e)
                 self.cv.notify_all()
 

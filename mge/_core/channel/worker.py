@@ -19,7 +19,8 @@ __all__ = ["Worker"]
 
 class Worker:
     """Runs ``process(cmd)`` on one thread for the commands at the head of its queue that
-    ``offload(cmd)`` accepts; goes idle at the first one it does not (the caller runs it)."""
+    ``offload(cmd)`` accepts, or for every command while the caller waits (the GIL is free then);
+    goes idle at the first one it should not run (the caller runs it)."""
 
     def __init__(self, process, cv, handoff, waiting=lambda: True, offload=lambda cmd: True,
                  name="mge-worker"):
@@ -67,7 +68,7 @@ class Worker:
             while True:
                 # ``idle`` is False only when the caller kicked us: the queue is ours until we
                 # give it back (a spurious wake-up must not take a command the caller may run)
-                if not self.idle and q and offload(q[0]):
+                if not self.idle and q and (offload(q[0]) or waiting() or handoff.caller_waiting):
                     process(q.popleft())
                     continue
                 self.idle = True
