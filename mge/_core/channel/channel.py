@@ -135,6 +135,7 @@ class Channel:
         self.buffer = CommandBuffer(self._sink, self.options.get("buffer_length"))
         self.errors = []      # worker errors not yet raised on the caller's thread
         self.waiting = False  # the caller waits on cv: the worker must notify
+        self.waiting_for = None  # the TensorInfo _wait waits for (None: the queue to drain)
         # The worker's own copy of the options, changed by SetOption commands in queue order (the
         # seed's worker state): an option set now must not change how already queued ops run.
         self.worker_options = dict(self.options.values)
@@ -329,6 +330,7 @@ class Channel:
     def _wait(self, info):
         with self.cv:
             self.waiting = True
+            self.waiting_for = info
             try:
                 self.flush()
                 requested = False
@@ -360,6 +362,7 @@ class Channel:
                     self.cv.wait()
             finally:
                 self.waiting = False
+                self.waiting_for = None
 
     # -- control -------------------------------------------------------------------------------
     def sync(self):
@@ -614,7 +617,7 @@ class Channel:
         self.memory.hold(info.device, value, locked)
         info.value = value
         info.evict_type = NONE
-        if self.waiting:
+        if self.waiting and self.waiting_for is info:  # (a drain is notified when idle)
             with self.cv:
                 self.cv.notify_all()
 
