@@ -244,6 +244,9 @@ def _infer_indexing_one_hot(op, descs):
 @def_kernel(IndexingOneHot)
 def _cpu_indexing_one_hot(op, x, index):
     axis = _one_hot_index_axis(op, x, index)
+    if x.ndim == 2 and axis == 1:  # (batch, classes), the loss's case: one fancy index
+        y = x[np.arange(x.shape[0]), index]
+        return (y[:, None] if op.keepdims else y,)
     y = np.take_along_axis(x, np.expand_dims(index.astype(np.intp), axis), axis)
     return (y if op.keepdims else np.squeeze(y, axis),)
 
@@ -267,6 +270,9 @@ def _infer_indexing_set_one_hot(op, descs):
 def _cpu_indexing_set_one_hot(op, x, index, value):
     axis = _one_hot_index_axis(op, x, index)
     out = x.copy()
+    if x.ndim == 2 and axis == 1:
+        out[np.arange(x.shape[0]), index] = value.reshape(index.shape)
+        return (out,)
     idx = np.expand_dims(index.astype(np.intp), axis)
     np.put_along_axis(out, idx, value.reshape(idx.shape).astype(x.dtype, copy=False), axis)
     return (out,)

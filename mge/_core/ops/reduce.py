@@ -178,6 +178,9 @@ def _np_axes(x, axis):
     return axes
 
 
+_add_reduce = np.add.reduce
+
+
 @def_kernel(Reduce)
 def _cpu_reduce(op, x):
     mode, keepdims = op.mode, op.keepdims
@@ -187,8 +190,8 @@ def _cpu_reduce(op, x):
         x = x.astype(out_dtype) if mode != "sum_sqr" else (x * x).astype(out_dtype)
         return (np.array(x, dtype=out_dtype),)
     acc = _float32 if out_dtype == _float16 else out_dtype  # float16 accumulates in float32
-    if mode == "sum":
-        r = np.sum(x, axis=axes, keepdims=keepdims, dtype=acc)
+    if mode == "sum":  # (np.add.reduce: np.sum without its Python wrapper)
+        r = _add_reduce(x, axis=axes, keepdims=keepdims, dtype=acc)
     elif mode == "sum_sqr":
         x = x.astype(acc, copy=False)
         r = np.sum(x * x, axis=axes, keepdims=keepdims, dtype=acc)
@@ -205,7 +208,7 @@ def _cpu_reduce(op, x):
         if count == 0:
             shape = _reduced_shape(x.shape, axes, keepdims)
             return (np.full(shape, np.nan, dtype=out_dtype),)
-        r = np.sum(x, axis=axes, keepdims=keepdims, dtype=out_dtype) / out_dtype.type(count)
+        r = _add_reduce(x, axis=axes, keepdims=keepdims, dtype=out_dtype) / out_dtype.type(count)
     return (np.asarray(r, dtype=out_dtype),)
 
 
