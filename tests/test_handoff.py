@@ -253,3 +253,67 @@ def test_gemms_run_without_the_gil_on_the_worker():
         a = F.matmul(a, w) * (1 / 128)
     np.testing.assert_allclose(a.numpy(), np.ones((64, 128)), rtol=1e-6)
     assert h.nogil_runs - before == (3 if BLAS.has_blas else 0)
+
+
+# -- who runs a queued kernel ------------------------------------------------------------------
+class _WhereAmI(OpDef):
+    """Identity that records the thread its kernel runs on (an op from outside mge)."""
+
+
+_THREADS = []
+
+
+@def_infer(_WhereAmI)
+def _where_infer(op, descs):
+    return [TensorDesc(descs[0][0], descs[0][1])]
+
+
+@def_kernel(_WhereAmI)
+def _where_kernel(op, x):
+    _THREADS.append(threading.get_ident())
+    return (x.copy(),)
+
+
+def test_short_kernels_run_on_the_caller_and_long_ones_on_the_worker():
+    from mge._core.ops.base import KERNELS
+    from mge._core.ops.elemwise import Elemwise
+    from mge._core.ops.matmul import MatrixMul
+    seen = {}
+    kernels = KERNELS["cpu"]
+    saved = {cls: kernels[cls] for cls in (Elemwise, MatrixMul)}
+
+    def spy(cls):
+        def kernel(op, *arrays):
+            seen.setdefault(cls.__name__, set()).add(threading.get_ident())
+            return saved[cls](op, *arrays)
+        return kernel
+
+    try:
+        for cls in saved:
+            kernels[cls] = spy(cls)
+        _THREADS.clear()
+        main = threading.get_ident()
+        a = mge.tensor(np.ones((128, 128), np.float32))
+        b = F.matmul(a, a)           # 128**3 multiply-adds: long enough for the worker
+        b.numpy()
+        c = b
+        for _ in range(6):           # short kernels: once out of the command buffer, the
+            c = c + 1                # caller runs them itself (the worker is idle)
+        assert seen["Elemwise"] == {main}
+        d = apply(_WhereAmI(), c)[0]  # a user's op: the worker's, as in MegEngine
+        np.testing.assert_array_equal(d.numpy(), np.full((128, 128), 134, np.float32))
+    finally:
+        kernels.update(saved)
+    assert seen["MatrixMul"] == {ch.worker.tid} and _THREADS == [ch.worker.tid]
+
+
+def test_a_small_product_runs_on_the_caller():
+    from mge._core.ops.matmul import MIN_WORKER_WORK, MatrixMul
+    assert 8 * 8 * 8 < MIN_WORKER_WORK
+    from mge._core.ops.base import ON_WORKER
+    info = type("I", (), {"shape": (8, 8)})
+    assert not ON_WORKER[MatrixMul](MatrixMul(), [info, info], [info])
+    big = type("I", (), {"shape": (128, 128)})
+    assert ON_WORKER[MatrixMul](MatrixMul(), [big, big], [big])
+    unknown = type("I", (), {"shape": None})
+    assert ON_WORKER[MatrixMul](MatrixMul(), [big, big], [unknown])
