@@ -317,3 +317,20 @@ def test_a_small_product_runs_on_the_caller():
     assert ON_WORKER[MatrixMul](MatrixMul(), [big, big], [big])
     unknown = type("I", (), {"shape": None})
     assert ON_WORKER[MatrixMul](MatrixMul(), [big, big], [unknown])
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_relu_grad_is_a_select_like_np_where(dtype):
+    from mge._core.ops.elemwise import _switch_gt0
+    rng = np.random.default_rng(3)
+    x, dy = rng.standard_normal((64, 50)).astype(dtype), rng.standard_normal((64, 50)).astype(dtype)
+    x[0, :5] = [0.0, -0.0, np.nan, 1.0, -1.0]
+    dy[0, :5] = [np.inf, np.nan, 5.0, np.inf, np.nan]
+    want = np.where(x > 0, dy, 0).astype(dtype)
+    got = _switch_gt0(x, dy)
+    assert got.dtype == want.dtype
+    np.testing.assert_array_equal(got, want)  # nan == nan here
+    direct = BLAS.relu_grad(x, dy)
+    assert (direct is None) == (not COMPILED)
+    assert BLAS.relu_grad(x, dy.astype(np.float16)) is None          # dtypes differ: numpy's
+    assert BLAS.relu_grad(x[:, ::2], dy[:, ::2]) is None              # strided: numpy's

@@ -43,6 +43,7 @@ cdef class CpuBlas:
     cdef void *_dgemm
     cdef bint _ilp64
     cpdef add_scaled(self, out, y, x, double a)
+    cpdef relu_grad(self, x, dy)
     cpdef gemm(self, a, b, bint trans_a, bint trans_b)
     cdef _gemm(self, void *fn, a, b, bint trans_a, bint trans_b, dtype)
     cdef _gemm_views(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
@@ -51,4 +52,6 @@ cdef class CpuBlas:
 
 cdef void _add_scaled_f(float *out, float *y, float *x, float a, Py_ssize_t n) noexcept nogil
 cdef void _add_scaled_d(double *out, double *y, double *x, double a, Py_ssize_t n) noexcept nogil
+cdef void _relu_grad_f(float *out, float *x, float *dy, Py_ssize_t n) noexcept nogil
+cdef void _relu_grad_d(double *out, double *x, double *dy, Py_ssize_t n) noexcept nogil
 cdef tuple _layout(Py_buffer *v, bint trans, Py_ssize_t item)

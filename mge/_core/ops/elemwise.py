@@ -14,6 +14,7 @@ import math
 
 import numpy as np
 
+from .._accel import load
 from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
 from .gradutil import cached_op, ew, fit, output, run
 
@@ -118,9 +119,12 @@ def _abs_grad(x, dy):
 
 
 def _switch_gt0(x, dy):
-    # x > 0 ? dy : 0 (relu's backward).  A multiply by the mask is several times faster than
-    # np.where; it differs only where dy is inf/nan and x <= 0 (inf * 0 is nan), so those take
-    # the exact path.
+    # x > 0 ? dy : 0 (relu's backward): one pass in C where it can (handoff.py).  Otherwise a
+    # multiply by the mask, several times faster than np.where; it differs only where dy is
+    # inf/nan and x <= 0 (inf * 0 is nan), so those take the exact path.
+    out = _C_LOOPS.relu_grad(x, dy)
+    if out is not None:
+        return out
     if np.isfinite(dy).all():
         return np.multiply(dy, x > 0).astype(dy.dtype, copy=False)
     return np.where(x > 0, dy, 0).astype(dy.dtype, copy=False)
@@ -173,6 +177,7 @@ def _atanh_grad(x, dy):
     return dy / (1 - x * x)
 
 
+_C_LOOPS = load("mge._core.channel.handoff").BLAS  # C loops without numpy's temporaries
 _CPU = {
     # arithmetic
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "true_div": np.true_divide,
