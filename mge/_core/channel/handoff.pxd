@@ -52,6 +52,29 @@ cdef class CpuBlas:
 
 cdef void _add_scaled_f(float *out, float *y, float *x, float a, Py_ssize_t n) noexcept nogil
 cdef void _add_scaled_d(double *out, double *y, double *x, double a, Py_ssize_t n) noexcept nogil
-cdef void _relu_grad_f(float *out, float *x, float *dy, Py_ssize_t n) noexcept nogil
-cdef void _relu_grad_d(double *out, double *x, double *dy, Py_ssize_t n) noexcept nogil
+# relu's backward as a branchless select (x > 0 ? dy : 0 through a bit mask): a branch per
+# element mispredicts half the time on real data; this form the compiler vectorizes.
+cdef extern from *:
+    """
+    #include <stdint.h>
+    #include <string.h>
+    static void mge_relu_grad_f(float *out, const float *x, const float *dy, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint32_t bits, mask = (uint32_t)0 - (uint32_t)(x[i] > 0.0f);
+            memcpy(&bits, dy + i, sizeof bits);
+            bits &= mask;
+            memcpy(out + i, &bits, sizeof bits);
+        }
+    }
+    static void mge_relu_grad_d(double *out, const double *x, const double *dy, Py_ssize_t n) {
+        for (Py_ssize_t i = 0; i < n; i++) {
+            uint64_t bits, mask = (uint64_t)0 - (uint64_t)(x[i] > 0.0);
+            memcpy(&bits, dy + i, sizeof bits);
+            bits &= mask;
+            memcpy(out + i, &bits, sizeof bits);
+        }
+    }
+    """
+    void mge_relu_grad_f(float *out, const float *x, const float *dy, Py_ssize_t n) nogil
+    void mge_relu_grad_d(double *out, const double *x, const double *dy, Py_ssize_t n) nogil
 cdef tuple _layout(Py_buffer *v, bint trans, Py_ssize_t item)

@@ -281,12 +281,13 @@ class CpuBlas:
         n: cython.Py_ssize_t = bo.len // bo.itemsize
         with cython.nogil:
             if single:
-                _relu_grad_f(cython.cast(cython.p_float, bo.buf), cython.cast(cython.p_float, bx.buf),
-                             cython.cast(cython.p_float, bd.buf), n)
+                mge_relu_grad_f(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (handoff.pxd)
+                                cython.cast(cython.p_float, bx.buf),
+                                cython.cast(cython.p_float, bd.buf), n)
             else:
-                _relu_grad_d(cython.cast(cython.p_double, bo.buf),
-                             cython.cast(cython.p_double, bx.buf),
-                             cython.cast(cython.p_double, bd.buf), n)
+                mge_relu_grad_d(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                                cython.cast(cython.p_double, bx.buf),
+                                cython.cast(cython.p_double, bd.buf), n)
         PyBuffer_Release(cython.address(bd))
         PyBuffer_Release(cython.address(bx))
         PyBuffer_Release(cython.address(bo))
@@ -434,26 +435,6 @@ def _add_scaled_d(out: cython.p_double, y: cython.p_double, x: cython.p_double, 
     else:
         for i in range(n):
             out[i] = y[i] + a * x[i]
-
-
-@cython.cfunc
-@cython.nogil
-@cython.exceptval(check=False)
-def _relu_grad_f(out: cython.p_float, x: cython.p_float, dy: cython.p_float,
-                 n: cython.Py_ssize_t) -> cython.void:
-    i: cython.Py_ssize_t
-    for i in range(n):
-        out[i] = dy[i] if x[i] > 0 else cython.cast(cython.float, 0)
-
-
-@cython.cfunc
-@cython.nogil
-@cython.exceptval(check=False)
-def _relu_grad_d(out: cython.p_double, x: cython.p_double, dy: cython.p_double,
-                 n: cython.Py_ssize_t) -> cython.void:
-    i: cython.Py_ssize_t
-    for i in range(n):
-        out[i] = dy[i] if x[i] > 0 else 0.0
 
 
 def add_scaled(out, y, x, a):
