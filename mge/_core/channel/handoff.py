@@ -219,15 +219,7 @@ class CpuBlas:
         bo: Py_buffer  # noqa: F821
         by: Py_buffer  # noqa: F821
         bx: Py_buffer  # noqa: F821
-        if PyObject_GetBuffer(out, cython.address(bo), PyBUF_RECORDS) < 0:
-            return False
-        if PyObject_GetBuffer(y, cython.address(by), PyBUF_RECORDS_RO) < 0:
-            PyBuffer_Release(cython.address(bo))
-            return False
-        if PyObject_GetBuffer(x, cython.address(bx), PyBUF_RECORDS_RO) < 0:
-            PyBuffer_Release(cython.address(bo))
-            PyBuffer_Release(cython.address(by))
-            return False
+        _acquire3(out, y, x, cython.address(bo), cython.address(by), cython.address(bx))
         n: cython.Py_ssize_t = bo.len // bo.itemsize
         h: Handoff = current() if n >= MIN_NOGIL_SIZE else None
         prev: cython.int = h.enter_nogil() if h is not None else 0
@@ -242,9 +234,7 @@ class CpuBlas:
                               cython.cast(cython.p_double, bx.buf), a, n)
             if h is not None:
                 h.state = prev
-        PyBuffer_Release(cython.address(bx))
-        PyBuffer_Release(cython.address(by))
-        PyBuffer_Release(cython.address(bo))
+        _release3(cython.address(bo), cython.address(by), cython.address(bx))
         return True
 
     @cython.ccall
@@ -269,15 +259,7 @@ class CpuBlas:
         bo: Py_buffer  # noqa: F821
         bx: Py_buffer  # noqa: F821
         bd: Py_buffer  # noqa: F821
-        if PyObject_GetBuffer(out, cython.address(bo), PyBUF_RECORDS) < 0:
-            return None
-        if PyObject_GetBuffer(x, cython.address(bx), PyBUF_RECORDS_RO) < 0:
-            PyBuffer_Release(cython.address(bo))
-            return None
-        if PyObject_GetBuffer(dy, cython.address(bd), PyBUF_RECORDS_RO) < 0:
-            PyBuffer_Release(cython.address(bo))
-            PyBuffer_Release(cython.address(bx))
-            return None
+        _acquire3(out, x, dy, cython.address(bo), cython.address(bx), cython.address(bd))
         n: cython.Py_ssize_t = bo.len // bo.itemsize
         with cython.nogil:
             if single:
@@ -288,9 +270,7 @@ class CpuBlas:
                 mge_relu_grad_d(cython.cast(cython.p_double, bo.buf),  # noqa: F821
                                 cython.cast(cython.p_double, bx.buf),
                                 cython.cast(cython.p_double, bd.buf), n)
-        PyBuffer_Release(cython.address(bd))
-        PyBuffer_Release(cython.address(bx))
-        PyBuffer_Release(cython.address(bo))
+        _release3(cython.address(bo), cython.address(bx), cython.address(bd))
         return out
 
     # -- BLAS ----------------------------------------------------------------------------------
@@ -435,6 +415,35 @@ def _add_scaled_d(out: cython.p_double, y: cython.p_double, x: cython.p_double, 
     else:
         for i in range(n):
             out[i] = y[i] + a * x[i]
+
+
+@cython.cfunc
+@cython.exceptval(-1)
+def _acquire3(out, a, b, vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
+              vb: cython.pointer(Py_buffer)) -> cython.int:  # noqa: F821
+    # The buffers of ``out`` (writable) and of two inputs: all of them, or an exception and none.
+    PyObject_GetBuffer(out, vo, PyBUF_RECORDS)
+    try:
+        PyObject_GetBuffer(a, va, PyBUF_RECORDS_RO)
+    except BaseException:
+        PyBuffer_Release(vo)
+        raise
+    try:
+        PyObject_GetBuffer(b, vb, PyBUF_RECORDS_RO)
+    except BaseException:
+        PyBuffer_Release(va)
+        PyBuffer_Release(vo)
+        raise
+    return 0
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _release3(vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
+              vb: cython.pointer(Py_buffer)) -> cython.void:  # noqa: F821
+    PyBuffer_Release(vb)
+    PyBuffer_Release(va)
+    PyBuffer_Release(vo)
 
 
 def add_scaled(out, y, x, a):
