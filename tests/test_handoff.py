@@ -334,3 +334,16 @@ def test_relu_grad_is_a_select_like_np_where(dtype):
     assert (direct is None) == (not COMPILED)
     assert BLAS.relu_grad(x, dy.astype(np.float16)) is None          # dtypes differ: numpy's
     assert BLAS.relu_grad(x[:, ::2], dy[:, ::2]) is None              # strided: numpy's
+
+
+def test_a_failing_blas_search_leaves_numpy_in_charge(monkeypatch):
+    def broken():
+        raise OSError("no /proc here")
+    monkeypatch.setattr(cpu_blas, "find", broken)
+    saved = dict(cpu_blas.INFO)
+    try:
+        info = cpu_blas.install(_handoff.CpuBlas())
+        assert info["reason"].startswith("search failed") and "no /proc here" in info["reason"]
+    finally:
+        cpu_blas.INFO.clear()
+        cpu_blas.INFO.update(saved)
