@@ -1,7 +1,7 @@
 """The GIL hand-off between the caller and the worker, numpy's CBLAS without the GIL, and the C
 loop of the SGD update (``mge/_core/channel/handoff.py``, ``mge/_core/device/cpu_blas.py``).
 
-In the pure-Python twin nothing runs without the GIL: ``BLAS.gemm`` and ``BLAS.add_scaled``
+In the pure-Python twin nothing runs without the GIL: ``CPU.gemm`` and ``CPU.add_scaled``
 decline (kernels use numpy) and the hand-off never waits; the tests check that too.
 """
 import os
@@ -26,7 +26,7 @@ from mge.autodiff import GradManager
 from mge.core import OpDef, TensorDesc, apply, def_infer, def_kernel
 
 _handoff = _accel.load("mge._core.channel.handoff")
-BLAS = _handoff.BLAS
+CPU = _handoff.CPU
 COMPILED = _accel.MODES.get("mge._core.channel.handoff") == "compiled"
 ch = get_channel()
 
@@ -40,13 +40,13 @@ def _operand(rng, shape, trans, order, dtype):
 def test_numpy_blas_is_found_where_it_can_be_and_checked():
     info = cpu_blas.INFO
     if not COMPILED:
-        assert not BLAS.has_blas
+        assert not CPU.has_blas
         assert info["reason"] in ("pure-Python modules", "no CBLAS found", "MGE_CPU_BLAS=0")
         return
     if info["library"] is None:  # another platform or BLAS naming: numpy does the products
-        assert not BLAS.has_blas and info["reason"] == "no CBLAS found"
+        assert not CPU.has_blas and info["reason"] == "no CBLAS found"
         return
-    assert info["reason"] == "in use" and BLAS.has_blas
+    assert info["reason"] == "in use" and CPU.has_blas
     assert "gemm" in info["sgemm"] and isinstance(info["ilp64"], bool)
 
 
@@ -55,7 +55,7 @@ def test_mge_cpu_blas_0_turns_it_off():
         import numpy as np, mge
         from mge._core.device import cpu_blas
         from mge._core import _accel
-        blas = _accel.load("mge._core.channel.handoff").BLAS
+        blas = _accel.load("mge._core.channel.handoff").CPU
         a = np.ones((64, 64), np.float32)
         print(cpu_blas.INFO["reason"], blas.has_blas, blas.gemm(a, a, False, False) is None)
         x = mge.tensor(a)
@@ -78,8 +78,8 @@ def test_gemm_matches_np_matmul_in_every_layout(m, n, k, ta, tb, order_a, order_
     a = _operand(rng, (m, k), ta, order_a, dtype)
     b = _operand(rng, (k, n), tb, order_b, dtype)
     want = np.matmul(a.T if ta else a, b.T if tb else b)
-    got = BLAS.gemm(a, b, ta, tb)
-    if not BLAS.has_blas or m * n * k < _handoff.MIN_GEMM_WORK:
+    got = CPU.gemm(a, b, ta, tb)
+    if not CPU.has_blas or m * n * k < _handoff.MIN_GEMM_WORK:
         assert got is None  # the kernel then uses np.matmul
         return
     assert got.dtype == want.dtype and got.shape == want.shape and got.flags.c_contiguous
@@ -91,19 +91,19 @@ def test_gemm_reads_strided_rows_and_declines_what_blas_cannot_take():
     rng = np.random.default_rng(0)
     big = rng.standard_normal((80, 100)).astype(np.float32)
     a, b = big[:64, :50], big[:50, 10:90]  # row-major with a leading dimension of 100
-    got = BLAS.gemm(a, b, False, False)
-    if BLAS.has_blas:
+    got = CPU.gemm(a, b, False, False)
+    if CPU.has_blas:
         np.testing.assert_allclose(got, a @ b, rtol=1e-4, atol=1e-3)
     else:
         assert got is None
     # every other column, float16, ints, mixed dtypes, 3-D: numpy's job
-    assert BLAS.gemm(big[:, ::2], big[:50, :40], False, False) is None
+    assert CPU.gemm(big[:, ::2], big[:50, :40], False, False) is None
     h = big.astype(np.float16)
-    assert BLAS.gemm(h[:64, :50], h[:50, :80], False, False) is None
+    assert CPU.gemm(h[:64, :50], h[:50, :80], False, False) is None
     i = big.astype(np.int32)
-    assert BLAS.gemm(i[:64, :50], i[:50, :80], False, False) is None
-    assert BLAS.gemm(a, b.astype(np.float64), False, False) is None
-    assert BLAS.gemm(big.reshape(8, 10, 100), big[:100, :80], False, False) is None
+    assert CPU.gemm(i[:64, :50], i[:50, :80], False, False) is None
+    assert CPU.gemm(a, b.astype(np.float64), False, False) is None
+    assert CPU.gemm(big.reshape(8, 10, 100), big[:100, :80], False, False) is None
 
 
 @pytest.mark.parametrize("ta", [False, True])
@@ -112,11 +112,11 @@ def test_matmul_op_gives_np_matmul_results_through_blas(ta, tb):
     rng = np.random.default_rng(1)
     a = _operand(rng, (64, 96), ta, "C", np.float32)
     b = _operand(rng, (96, 80), tb, "C", np.float32)
-    before = BLAS.gemms
+    before = CPU.gemms
     got = F.matmul(mge.tensor(a), mge.tensor(b), transpose_a=ta, transpose_b=tb).numpy()
     np.testing.assert_allclose(got, np.matmul(a.T if ta else a, b.T if tb else b),
                                rtol=1e-5, atol=1e-4)
-    assert BLAS.gemms == before + (1 if BLAS.has_blas else 0)
+    assert CPU.gemms == before + (1 if CPU.has_blas else 0)
 
 
 # -- add_scaled (the SGD update) -----------------------------------------------------------------
@@ -136,11 +136,11 @@ def test_add_scaled_gives_numpy_bits(dtype, n, in_place):
 def test_add_scaled_falls_back_to_numpy_where_c_cannot():
     y = np.arange(20, dtype=np.float32)
     x = np.ones(40, dtype=np.float32)[::2]  # not contiguous
-    assert not BLAS.add_scaled(y.copy(), y, x, 2.0)
+    assert not CPU.add_scaled(y.copy(), y, x, 2.0)
     out = np.empty_like(y)
     np.testing.assert_array_equal(_handoff.add_scaled(out, y, x, 2.0), y + 2.0)
     h = np.ones(5, np.float16)
-    assert not BLAS.add_scaled(h.copy(), h, h, 1.0)
+    assert not CPU.add_scaled(h.copy(), h, h, 1.0)
     np.testing.assert_array_equal(_handoff.add_scaled(np.empty_like(h), h, h, 1.0), h * 2)
 
 
@@ -252,7 +252,7 @@ def test_gemms_run_without_the_gil_on_the_worker():
     for _ in range(3):
         a = F.matmul(a, w) * (1 / 128)
     np.testing.assert_allclose(a.numpy(), np.ones((64, 128)), rtol=1e-6)
-    assert h.nogil_runs - before == (3 if BLAS.has_blas else 0)
+    assert h.nogil_runs - before == (3 if CPU.has_blas else 0)
 
 
 # -- who runs a queued kernel ------------------------------------------------------------------
@@ -330,10 +330,10 @@ def test_relu_grad_is_a_select_like_np_where(dtype):
     got = _switch_gt0(x, dy)
     assert got.dtype == want.dtype
     np.testing.assert_array_equal(got, want)  # nan == nan here
-    direct = BLAS.relu_grad(x, dy)
+    direct = CPU.relu_grad(x, dy)
     assert (direct is None) == (not COMPILED)
-    assert BLAS.relu_grad(x, dy.astype(np.float16)) is None          # dtypes differ: numpy's
-    assert BLAS.relu_grad(x[:, ::2], dy[:, ::2]) is None              # strided: numpy's
+    assert CPU.relu_grad(x, dy.astype(np.float16)) is None          # dtypes differ: numpy's
+    assert CPU.relu_grad(x[:, ::2], dy[:, ::2]) is None              # strided: numpy's
 
 
 def test_a_failing_blas_search_leaves_numpy_in_charge(monkeypatch):
@@ -342,7 +342,7 @@ def test_a_failing_blas_search_leaves_numpy_in_charge(monkeypatch):
     monkeypatch.setattr(cpu_blas, "find", broken)
     saved = dict(cpu_blas.INFO)
     try:
-        info = cpu_blas.install(_handoff.CpuBlas())
+        info = cpu_blas.install(_handoff.CpuKernels())
         assert info["reason"].startswith("search failed") and "no /proc here" in info["reason"]
     finally:
         cpu_blas.INFO.clear()

@@ -124,7 +124,7 @@ class Channel:
         self.scopes = []
         self.stats = {"inplace": 0, "fused_dels": 0, "recomputed": 0}
         if cpu_blas.INFO["reason"] == "not searched":
-            cpu_blas.install(_handoff.BLAS)
+            cpu_blas.install(_handoff.CPU)
 
     def _init_worker_state(self):
         self.handoff = Handoff()  # when the worker gets the GIL from the caller (handoff.py)

@@ -37,7 +37,7 @@ cdef class Handoff:
     cdef int enter_nogil(self)
 
 
-cdef class CpuBlas:
+cdef class CpuKernels:
     cdef public long long gemms
     cdef void *_sgemm
     cdef void *_dgemm

@@ -9,15 +9,15 @@ time.  CPython gives the GIL to a waiting thread only when the holder blocks or 
 So the two threads hand the GIL over explicitly (``Handoff``, one per worker):
 
 * the worker says what it is doing: ``IDLE``, ``RUNNING`` (Python: it needs the GIL) or
-  ``NOGIL`` (a matrix product or a long loop that runs without the GIL: ``BLAS.gemm``,
-  ``add_scaled``);
+  ``NOGIL`` (a matrix product or a long loop that runs without the GIL: ``CPU.gemm``,
+  ``CPU.add_scaled``, ``CPU.relu_grad``);
 * the caller, at each op it issues, calls ``yield_to_worker``: while the worker is ``RUNNING`` it
   releases the GIL and waits until the worker starts a GEMM or runs out of work (at most
   ``YIELD_TIMEOUT_US``, so that a kernel waiting for the caller cannot deadlock it).
 
 The worker's Python then never waits for the caller's, and the caller's Python runs while BLAS
 does: the overlap an asynchronous runtime is for, on two cores.  ``gemm`` calls the CBLAS of
-numpy's own BLAS library (found by ``mge._core.device.cpu_blas``, held by ``BLAS``, one per
+numpy's own BLAS library (found by ``mge._core.device.cpu_blas``, held by ``CPU``, one per
 process) so that the worker knows when the product ends; without it (or in the pure-Python twin)
 kernels use ``np.matmul`` and nothing is handed over.  A kernel finds its worker's hand-off
 through the thread it runs on (``bind``); on the caller's thread (``async_level`` 0) there is
@@ -45,7 +45,7 @@ if cython.compiled:
                                                   PyThread_release_lock)
     # PyThread_acquire_lock_timed and the CBLAS function types are declared in handoff.pxd
 
-__all__ = ["Handoff", "CpuBlas", "BLAS", "IDLE", "RUNNING", "NOGIL", "add_scaled", "current"]
+__all__ = ["Handoff", "CpuKernels", "CPU", "IDLE", "RUNNING", "NOGIL", "add_scaled", "current"]
 
 IDLE, RUNNING, NOGIL = 0, 1, 2
 YIELD_TIMEOUT_US = 500
@@ -185,9 +185,10 @@ def current():
 
 
 @cython.cclass
-class CpuBlas:
-    """numpy's CBLAS ``sgemm``/``dgemm`` (``set_blas``), called without the GIL (one per process:
-    ``BLAS``)."""
+class CpuKernels:
+    """The CPU kernels that run in C, without the GIL when they are long (one per process:
+    ``CPU``): matrix products through numpy's CBLAS ``sgemm``/``dgemm`` (``set_blas``), and the
+    loops ``add_scaled`` (the SGD update) and ``relu_grad`` that numpy would do in several passes."""
 
     def __init__(self):
         self._ilp64 = False
@@ -448,7 +449,7 @@ def _release3(vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # n
 
 def add_scaled(out, y, x, a):
     """``out = y + a * x`` (see ``Handoff.add_scaled``), by numpy where C cannot."""
-    if not BLAS.add_scaled(out, y, x, a):
+    if not CPU.add_scaled(out, y, x, a):
         np.add(y, np.multiply(x, a, dtype=out.dtype), out=out)
     return out
 
@@ -469,4 +470,4 @@ def _layout(v: cython.pointer(Py_buffer), trans: cython.bint,  # noqa: F821
     return 0, 0
 
 
-BLAS = CpuBlas()
+CPU = CpuKernels()

@@ -7,7 +7,7 @@ product ends and can take the GIL back at once; the results are those of ``np.ma
 
 ``install(blas)`` looks for the functions in the libraries mapped into the process, checks
 them against ``np.matmul`` on small products in every layout, and gives their addresses to
-``handoff.BLAS``; ``MGE_CPU_BLAS=0`` turns this off.  Where nothing is found (another OS, another BLAS
+``handoff.CPU``; ``MGE_CPU_BLAS=0`` turns this off.  Where nothing is found (another OS, another BLAS
 naming), kernels keep using ``np.matmul``.
 """
 import ctypes

@@ -21,7 +21,7 @@ from .gradutil import cached_op, ew, fit, output, reshape, run, runs
 
 __all__ = ["MatrixMul", "BatchedMatrixMul", "Dot", "MatInv", "SVD"]
 
-_BLAS = load("mge._core.channel.handoff").BLAS  # float32/64 GEMMs without the GIL
+_CPU = load("mge._core.channel.handoff").CPU  # float32/64 GEMMs without the GIL
 _float32 = np.dtype("float32")
 _float16 = np.dtype("float16")
 _COMPUTE_MODES = ("default", "float32")
@@ -115,7 +115,7 @@ def _infer_batched(op, descs):
 
 def _matmul_kernel(op, a, b):
     if a.ndim == 2 and b.ndim == 2:
-        out = _BLAS.gemm(a, b, op.transposeA, op.transposeB)  # BLAS without the GIL
+        out = _CPU.gemm(a, b, op.transposeA, op.transposeB)  # BLAS without the GIL
         if out is not None:
             return (out,)
     if op.transposeA and a.ndim >= 2:
