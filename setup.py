@@ -21,7 +21,7 @@ def _source(module):
 
 def _flags(module):
     # handoff's C loops must round as numpy does: no fused multiply-add
-    if module.endswith(".handoff") and os.name != "nt":
+    if module.endswith(".cpu.handoff") and os.name != "nt":
         return ["-ffp-contract=off"]
     return []
 

@@ -1,5 +1,5 @@
 """The GIL hand-off between the caller and the worker, numpy's CBLAS without the GIL, and the C
-loop of the SGD update (``mge/_core/channel/handoff.py``, ``mge/_core/device/cpu_blas.py``).
+loop of the SGD update (``mge/_core/device/cpu/handoff.py``, ``mge/_core/device/cpu/blas.py``).
 
 In the pure-Python twin nothing runs without the GIL: ``CPU.gemm`` and ``CPU.add_scaled``
 decline (kernels use numpy) and the hand-off never waits; the tests check that too.
@@ -21,13 +21,13 @@ import mge.module as M
 import mge.optimizer as optim
 from mge._core import _accel
 from mge._core.channel import get_channel
-from mge._core.device import cpu_blas
+from mge._core.device.cpu import blas as cpu_blas
 from mge.autodiff import GradManager
 from mge.core import OpDef, TensorDesc, apply, def_infer, def_kernel
 
-_handoff = _accel.load("mge._core.channel.handoff")
+_handoff = _accel.load("mge._core.device.cpu.handoff")
 CPU = _handoff.CPU
-COMPILED = _accel.MODES.get("mge._core.channel.handoff") == "compiled"
+COMPILED = _accel.MODES.get("mge._core.device.cpu.handoff") == "compiled"
 ch = get_channel()
 
 
@@ -53,9 +53,9 @@ def test_numpy_blas_is_found_where_it_can_be_and_checked():
 def test_mge_cpu_blas_0_turns_it_off():
     code = textwrap.dedent("""
         import numpy as np, mge
-        from mge._core.device import cpu_blas
+        from mge._core.device.cpu import blas as cpu_blas
         from mge._core import _accel
-        blas = _accel.load("mge._core.channel.handoff").CPU
+        blas = _accel.load("mge._core.device.cpu.handoff").CPU
         a = np.ones((64, 64), np.float32)
         print(cpu_blas.INFO["reason"], blas.has_blas, blas.gemm(a, a, False, False) is None)
         x = mge.tensor(a)

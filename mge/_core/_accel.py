@@ -12,8 +12,9 @@ import os
 HOT_MODULES = (
     "mge._core.channel.handles",
     "mge._core.channel.command_buffer",
-    "mge._core.channel.memory",
-    "mge._core.channel.handoff",
+    "mge._core.device.memory",
+    "mge._core.device.cpu.handoff",
+    "mge._core.device.cpu.device",
     "mge._core.dtr",
     "mge._core.channel.channel",
     "mge._core.transformation",

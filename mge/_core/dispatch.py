@@ -16,7 +16,7 @@ Stack, Transformation = _t.Stack, _t.Transformation
 
 _accel.guard(__name__)
 
-__all__ = ["apply", "stack", "set_tensor_type", "EvalTransformation", "const"]
+__all__ = ["apply", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs"]
 
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
@@ -68,6 +68,15 @@ def apply(op, *inputs):
     except KeyError:
         chain = stack.chain_for(type(op))
     return chain(op, inputs)
+
+
+def convert_inputs(inputs):
+    """``inputs`` as a tuple of tensors: Python numbers and arrays converted as ``apply`` does."""
+    cls = _Tensor
+    for x in inputs:
+        if not isinstance(x, cls):
+            return _convert(tuple(inputs))
+    return tuple(inputs)
 
 
 def _scalar_dtype(dtype, value):

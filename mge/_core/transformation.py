@@ -131,6 +131,27 @@ class Stack:
         self.chains[cls] = f
         return f
 
+    def below(self, t, segment="grad"):
+        """``next`` for the layers under ``t``: a callable ``(op, inputs) -> outputs``.
+
+        When ``t`` is not on the stack, the layers from ``segment`` down (every transformation
+        registered at that segment included).  The grad transformation runs its backward rules'
+        ops through this.
+        """
+        if self._nexts is None:
+            self._build()
+        layers = self.active()[:-1]
+        for j in range(len(layers)):
+            if layers[j] is t:
+                return self._nexts[j + 1]
+        start = 0
+        for s in SEGMENTS:
+            if s == segment:
+                break
+            start += len(self._slots[(s, "before")]) + len(self._slots[(s, "at")]) + len(
+                self._slots[(s, "after")])
+        return self._nexts[start + len(self._slots[(segment, "before")])]
+
     def _build(self):
         layers = self.active()[:-1]
         nexts = [None] * (len(layers) + 1)

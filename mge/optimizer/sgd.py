@@ -7,7 +7,7 @@ from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
 
 __all__ = ["SGD", "SGDUpdate"]
 
-add_scaled = load("mge._core.channel.handoff").add_scaled
+add_scaled = load("mge._core.device.cpu.handoff").add_scaled
 
 
 @def_update_op

@@ -35,21 +35,21 @@ import numpy as np
 
 from .. import _accel
 from ..ops.base import HOST, INFER, INPLACE, KERNELS, ON_WORKER
-from ..device import cpu_blas
+from ..device.cpu import blas as cpu_blas
 from .options import Options
 from .worker import Worker
 
 _accel.guard(__name__)
 _h = _accel.load("mge._core.channel.handles")
-_mem = _accel.load("mge._core.channel.memory")
+_mem = _accel.load("mge._core.device.memory")
 _cb = _accel.load("mge._core.channel.command_buffer")
 _dtr = _accel.load("mge._core.dtr")
-_handoff = _accel.load("mge._core.channel.handoff")
+_handoff = _accel.load("mge._core.device.cpu.handoff")
 DynamicSublinear, _is_bad_op = _dtr.DynamicSublinear, _dtr.is_bad_op
 if cython.compiled:  # the C types, so that the per-op path reads fields as struct members
     from cython.cimports.mge._core.channel.handles_c import ComputePath, TensorInfo
-    from cython.cimports.mge._core.channel.memory_c import MemoryStats
-    from cython.cimports.mge._core.channel.handoff_c import Handoff
+    from cython.cimports.mge._core.device.memory_c import MemoryStats
+    from cython.cimports.mge._core.device.cpu.handoff_c import Handoff
 else:
     Handoff = _handoff.Handoff
     TensorInfo, ComputePath = _h.TensorInfo, _h.ComputePath
@@ -204,7 +204,7 @@ class Channel:
                 info.value = None
                 info.h_value = None
                 memory: MemoryStats = self.memory
-                memory.release(v, not self.worker.idle)
+                memory.release(info.device, v, not self.worker.idle)
             else:
                 self._free(info)
         elif _get_ident() == self.worker.tid:
@@ -625,7 +625,7 @@ class Channel:
         v = info.value
         if v is not None:
             info.value = None
-            self.memory.release(v)
+            self.memory.release(info.device, v)
 
     def _free(self, info):
         # The user let go: free the storage; tensors recorded as computed from it no longer can be.
@@ -891,7 +891,7 @@ class Channel:
                             f"usage is {used / 1048576.0:.0f}MB. Maybe memory budget is too small.",
                             RuntimeWarning)
                     break
-                if memory.holders(e.info.value) > 1:
+                if memory.holders(e.info.device, e.info.value) > 1:
                     # Another tensor (a view) holds its buffer: evicting it would free nothing.
                     # Pinned for the rest of this round (seed: evicted anyway).
                     e.pinned += 1
@@ -958,6 +958,26 @@ class Channel:
             self._release(x)
             x.h_value = None
             x.evict_type = NONE
+
+    # -- the test API (documented: tests use it instead of private fields) ----------------------------
+    def counters(self):
+        """Counters since start: ``inplace`` (kernels that wrote into a freed input's buffer),
+        ``fused_dels`` (Dels fused into the op that last read their tensor), ``recomputed``
+        (producers run again for dropped or evicted tensors)."""
+        return dict(self.stats)
+
+    def buffered(self):
+        """The commands held in the command buffer (not yet handed on), oldest first, as
+        ``(kind, op, inputs, dels)``; ``kind`` is a name (``"ApplyOp"``, ``"Del"``...)."""
+        return [(_cb.KIND_NAMES[c.kind], c.op, c.inputs, c.dels) for c in self.buffer.commands]
+
+    def worker_thread(self):
+        """The ident of the worker thread (``None`` before it first ran)."""
+        return self.worker.tid
+
+    def idle(self):
+        """Whether nothing is buffered, queued or running."""
+        return not self.buffer.commands and not self.buffer.pending and self.worker.finished()
 
     # -- fork ------------------------------------------------------------------------------------
     def _after_fork_in_child(self):

@@ -1,18 +1,59 @@
-"""Devices (MegEngine's CompNode): names and the default device.
+"""Devices (MegEngine's CompNode): names, the default device, and the registry of device kinds.
 
-``cpu0`` is numpy on the host.  MegEngine's logical names are accepted: ``xpux`` means "the best
-device there is" (``gpu0`` when a CUDA device is usable, else ``cpu0``), ``cpux`` is the CPU.  A CUDA
-device joins by registering a ``DeviceKind`` under ``"cuda"``; nothing CUDA is imported at start.
+A ``CompNode`` names a device (``cpu0``, ``xpux``...); its ``impl`` is the ``Device`` that owns
+its storage and kernels (``base.py`` says what a device provides).  ``cpu0`` is numpy on the host
+(``cpu/``).  MegEngine's logical names are accepted: ``xpux`` means "the best device there is"
+(``gpu0`` when a CUDA device is usable, else ``cpu0``), ``cpux`` is the CPU.  A new device kind is
+one package plus ``register_device_kind(kind, factory)``; nothing CUDA is imported at start.
 """
 import re
 
-__all__ = ["CompNode", "as_device", "get_default_device", "set_default_device", "DEVICE_KINDS"]
+from .base import Device
 
-_NAME = re.compile(r"^(xpu|cpu|gpu|cuda)(x|\d+)(?::(\d+))?$")
+__all__ = ["CompNode", "Device", "as_device", "get_default_device", "set_default_device",
+           "register_device_kind", "DEVICE_KINDS"]
 
-# kind -> object with ``available()`` (bool); "cpu" is always there.
+_NAME = re.compile(r"^([a-z]+?)(x|\d+)(?::(\d+))?$")
+_ALIASES = {"xpu": None, "gpu": "cuda"}  # name prefix -> kind (None: the best there is)
+
+
+class DeviceKind:
+    """A registered kind: ``factory(index) -> Device``, ``available() -> bool``, and the prefix of
+    its physical names (``gpu`` for ``cuda``)."""
+
+    def __init__(self, kind, factory, available=None, physical=None):
+        self.kind = kind
+        self.factory = factory
+        self._available = available
+        self.physical = physical or kind
+        self.impls = {}  # index -> Device
+
+    def available(self):
+        return True if self._available is None else bool(self._available())
+
+    def impl(self, index):
+        dev = self.impls.get(index)
+        if dev is None:
+            dev = self.impls[index] = self.factory(index)
+        return dev
+
+
+# kind -> DeviceKind; "cpu" is always there (registered by device/cpu/ below).
 DEVICE_KINDS = {}
 
+
+def register_device_kind(kind, factory, available=None, physical=None):
+    """Register a device kind: names ``<kind><N>`` then resolve to ``factory(N)`` (a ``Device``).
+
+    ``available()`` says whether the kind can be used on this machine; ``physical`` is the prefix
+    of its physical names (default: ``kind``).  Registering a kind again replaces it.
+    """
+    if not re.match(r"^[a-z]+$", kind) or kind in ("xpu", "gpu"):
+        raise ValueError(f"register_device_kind: invalid kind {kind!r} (lower-case letters; not "
+                         "xpu or gpu)")
+    DEVICE_KINDS[kind] = DeviceKind(kind, factory, available, physical)
+    for name in [n for n, node in _cache.items() if n is None or node.kind == kind]:
+        del _cache[name]
 
 class CompNode:
     """A device.  Compares equal to another with the same physical device.
@@ -21,13 +62,14 @@ class CompNode:
     as MegEngine does.
     """
 
-    __slots__ = ("logical", "physical", "kind", "index", "_hash")
+    __slots__ = ("logical", "physical", "kind", "index", "impl", "_hash")
 
-    def __init__(self, logical, physical, kind, index):
+    def __init__(self, logical, physical, kind, index, impl=None):
         self.logical = logical
         self.physical = physical
         self.kind = kind
         self.index = index
+        self.impl = impl  # the Device that owns this node's storage and kernels
         self._hash = hash(physical)
 
     def __eq__(self, other):
@@ -76,15 +118,10 @@ def as_device(device=None):
         raise TypeError(f"device must be a str or CompNode, got {type(device).__name__}")
     m = _NAME.match(device)
     if not m:
-        raise ValueError(
-            f"invalid device name {device!r}: expected xpux, cpux, cpu<N>, gpu<N> or cuda<N>, "
-            "optionally followed by :<stream>"
-        )
+        raise ValueError(_bad_name(device))
     kind, num, stream = m.group(1), m.group(2), m.group(3) or "0"
-    if kind == "xpu":
-        kind = "cuda" if _cuda_available() else "cpu"
-    elif kind == "gpu":
-        kind = "cuda"
+    if kind in _ALIASES:
+        kind = _ALIASES[kind] or ("cuda" if _cuda_available() else "cpu")
     if kind == "cuda" and not _cuda_available():
         if "cuda" not in DEVICE_KINDS:
             raise RuntimeError(f"device {device!r}: this version of mge has no CUDA device yet; use cpu0")
@@ -92,12 +129,23 @@ def as_device(device=None):
             f"device {device!r} needs CUDA, which is not available: install pycuda "
             '(pip install "mge[cuda]") on a machine with an NVIDIA GPU'
         )
+    registered = DEVICE_KINDS.get(kind)
+    if registered is None:
+        raise ValueError(_bad_name(device))
+    if not registered.available():
+        raise RuntimeError(f"device {device!r}: the {kind} device is not available on this machine")
     index = 0 if num == "x" else int(num)
     logical = device if ":" in device else f"{device}:{stream}"
-    physical = f"{'gpu' if kind == 'cuda' else 'cpu'}{index}:{stream}"
-    node = CompNode(logical, physical, kind, index)
+    physical = f"{registered.physical}{index}:{stream}"
+    node = CompNode(logical, physical, kind, index, registered.impl(index))
     _cache[device] = node
     return node
+
+
+def _bad_name(device):
+    kinds = "".join(f", {k}<N>" for k in sorted(DEVICE_KINDS) if k not in ("cpu", "cuda"))
+    return (f"invalid device name {device!r}: expected xpux, cpux, cpu<N>, gpu<N> or "
+            f"cuda<N>{kinds}, optionally followed by :<stream>")
 
 
 def get_default_device():
@@ -111,3 +159,6 @@ def set_default_device(device="xpux"):
     as_device(device)
     _default = device
     _cache.pop(None, None)
+
+
+from . import cpu  # noqa: E402,F401  (registers the CPU device: it needs register_device_kind)

@@ -177,7 +177,7 @@ def _atanh_grad(x, dy):
     return dy / (1 - x * x)
 
 
-_C_LOOPS = load("mge._core.channel.handoff").CPU  # C loops without numpy's temporaries
+_C_LOOPS = load("mge._core.device.cpu.handoff").CPU  # C loops without numpy's temporaries
 _CPU = {
     # arithmetic
     "add": np.add, "sub": np.subtract, "mul": np.multiply, "true_div": np.true_divide,

@@ -21,7 +21,7 @@ from .gradutil import cached_op, ew, fit, output, reshape, run, runs
 
 __all__ = ["MatrixMul", "BatchedMatrixMul", "Dot", "MatInv", "SVD"]
 
-_CPU = load("mge._core.channel.handoff").CPU  # float32/64 GEMMs without the GIL
+_CPU = load("mge._core.device.cpu.handoff").CPU  # float32/64 GEMMs without the GIL
 _float32 = np.dtype("float32")
 _float16 = np.dtype("float16")
 _COMPUTE_MODES = ("default", "float32")

@@ -1,9 +1,10 @@
 """Exact memory statistics of tensor storage per device (compiled; see ``_accel``).
 
 A tensor's value may be a view of another tensor's buffer (reshape, broadcast, detach share
-storage), so the counter is kept per *buffer*: a buffer counts once, from the first tensor that
-holds it until the last one lets go.  Both the caller's thread (tiny host-computed values) and the
-worker produce values, so updates take a lock.
+storage), so the counter is kept per *storage*: the owner that the buffer's device names
+(``Device.storage``; for numpy arrays the end of the ``.base`` chain, found here without a call),
+counted once from the first tensor that holds it until the last one lets go.  Both the caller's
+thread (tiny host-computed values) and the worker produce values, so updates take a lock.
 
 The C layout is declared in ``memory.pxd`` (``memory_c.pxd`` includes it for cimports).
 """
@@ -29,6 +30,15 @@ def _owner(arr):
     return arr
 
 
+def _storage(device, buf):
+    # (owner, nbytes) of a buffer on ``device`` (a CompNode): numpy arrays directly, other
+    # buffers through their device.
+    if type(buf) is _ndarray:
+        owner = buf if buf.base is None else _owner(buf)
+        return owner, owner.nbytes
+    return device.impl.storage(buf)
+
+
 @cython.cclass
 class MemoryStats:
     """Bytes of live tensor storage, current and peak, per device (keyed by physical name).
@@ -46,12 +56,12 @@ class MemoryStats:
 
     @cython.ccall
     def hold(self, device, arr, locked: cython.bint = True):
-        """A tensor on ``device`` now holds ``arr``.
+        """A tensor on ``device`` (a CompNode) now holds the buffer ``arr``.
 
         ``locked=False`` is for the caller's thread while the worker sleeps: nobody else can touch
         the table then, and the lock is a good part of the cost of a tiny op.
         """
-        owner = arr if arr.base is None else _owner(arr)
+        owner, n = _storage(device, arr)
         key = id(owner)
         lock = self._lock
         if locked:
@@ -61,7 +71,6 @@ class MemoryStats:
             if entry is not None:
                 entry[1] += 1
                 return
-            n = owner.nbytes
             dev = device.physical
             self._buffers[key] = [owner, 1, n, dev]
             cur = self._current.get(dev, 0) + n
@@ -73,9 +82,10 @@ class MemoryStats:
                 lock.release()
 
     @cython.ccall
-    def release(self, arr, locked: cython.bint = True):
-        """A tensor let go of ``arr``; returns the bytes freed (0 while others still hold it)."""
-        key = id(arr if arr.base is None else _owner(arr))
+    def release(self, device, arr, locked: cython.bint = True):
+        """A tensor on ``device`` let go of ``arr``; returns the bytes freed (0 while others still
+        hold it)."""
+        key = id(_storage(device, arr)[0])
         lock = self._lock
         if locked:
             lock.acquire()
@@ -95,9 +105,9 @@ class MemoryStats:
             if locked:
                 lock.release()
 
-    def holders(self, arr):
-        """How many tensors hold the buffer of ``arr``."""
-        entry = self._buffers.get(id(_owner(arr)))
+    def holders(self, device, arr):
+        """How many tensors hold the storage of the buffer ``arr`` on ``device``."""
+        entry = self._buffers.get(id(_storage(device, arr)[0]))
         return 0 if entry is None else entry[1]
 
     def allocated(self, device):

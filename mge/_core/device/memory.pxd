@@ -6,4 +6,4 @@ cdef class MemoryStats:
     cdef dict _current
     cdef dict _peak
     cpdef hold(self, device, arr, bint locked=*)
-    cpdef release(self, arr, bint locked=*)
+    cpdef release(self, device, arr, bint locked=*)

@@ -2,7 +2,7 @@
 
 numpy does its matrix products with the BLAS library it was built against (OpenBLAS in the wheels
 on PyPI, MKL in some distributions) and loads it when it is imported.  The worker calls the same
-library's CBLAS functions directly (``mge._core.channel.handoff``), so that it knows when a
+library's CBLAS functions directly (``mge._core.device.cpu.handoff``), so that it knows when a
 product ends and can take the GIL back at once; the results are those of ``np.matmul``.
 
 ``install(blas)`` looks for the functions in the libraries mapped into the process, checks

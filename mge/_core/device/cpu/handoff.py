@@ -17,7 +17,7 @@ So the two threads hand the GIL over explicitly (``Handoff``, one per worker):
 
 The worker's Python then never waits for the caller's, and the caller's Python runs while BLAS
 does: the overlap an asynchronous runtime is for, on two cores.  ``gemm`` calls the CBLAS of
-numpy's own BLAS library (found by ``mge._core.device.cpu_blas``, held by ``CPU``, one per
+numpy's own BLAS library (found by ``mge._core.device.cpu.blas``, held by ``CPU``, one per
 process) so that the worker knows when the product ends; without it (or in the pure-Python twin)
 kernels use ``np.matmul`` and nothing is handed over.  A kernel finds its worker's hand-off
 through the thread it runs on (``bind``); on the caller's thread (``async_level`` 0) there is
@@ -32,7 +32,7 @@ import threading
 import cython
 import numpy as np
 
-from .. import _accel
+from ... import _accel
 
 _accel.guard(__name__)
 

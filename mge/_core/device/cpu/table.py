@@ -1,0 +1,36 @@
+"""The CPU device's kernel tables, filled by the files of ``kernels/`` (one per op family).
+
+* ``KERNELS[cls](op, *arrays) -> tuple of arrays`` -- the computation on numpy arrays.  A kernel
+  may return arrays of another dtype or numpy scalars: the device converts each output to the
+  dtype the op's rule declared.
+* ``INPLACE[cls](op, arrays, k) -> tuple of arrays, or None`` -- optional: output 0 written into
+  ``arrays[k]``, the buffer of an input whose tensor this op was the last user of (the device
+  checks first that nothing else can see it and that its shape and dtype are output 0's).
+  ``None`` declines (the ordinary kernel runs).
+
+A kernel is looked up by the op's class, then by its base classes.
+"""
+from ...ops import base as _ops_base
+
+__all__ = ["KERNELS", "INPLACE", "def_kernel", "def_inplace"]
+
+# The same dict objects as the op registry's ``KERNELS["cpu"]``/``INPLACE`` while the op files
+# still register kernels there (the move to kernels/ is under way; see the architecture issue).
+KERNELS = _ops_base.KERNELS["cpu"]
+INPLACE = _ops_base.INPLACE
+
+
+def def_kernel(cls):
+    """Decorator: register ``fn(op, *arrays) -> tuple of arrays`` as ``cls``'s CPU kernel."""
+    def deco(fn):
+        KERNELS[cls] = fn
+        return fn
+    return deco
+
+
+def def_inplace(cls):
+    """Decorator: register ``fn(op, arrays, k)`` as ``cls``'s in-place CPU kernel (see above)."""
+    def deco(fn):
+        INPLACE[cls] = fn
+        return fn
+    return deco
