@@ -16,6 +16,8 @@ from . import functional  # noqa: E402
 
 _tensor_mod.F = functional
 
+from ._core.autodiff import rules as _rules  # noqa: E402,F401  (fills the backward tables)
+
 from . import amp, autodiff, config, core, device, random  # noqa: E402,F401
 from . import module  # noqa: E402,F401
 from . import jit, optimizer  # noqa: E402,F401

@@ -67,13 +67,49 @@ unknown = None
 
 
 class OpDef:
-    """Base of every op.  Subclasses set ``_fields`` (parameter names) and ``_defaults``."""
+    """Base of every op.  Subclasses set ``_fields`` (parameter names) and ``_defaults``.
+
+    ``cls.get(*args)`` is the shared instance for a parameter set (ops are immutable, so one
+    serves everyone; this is the one interning mechanism, see ``get``).
+
+    Facts an op class declares about itself (class attributes, read by the channel and devices):
+
+    * ``sets_device`` -- the output device is the op's ``device`` parameter (copies, creation
+      ops), not the device of the first input.
+    * ``long_running`` -- worth the worker thread: ``True``, ``False``, or a rule
+      ``(op, inputs, outputs) -> bool`` over objects with ``.shape``/``.dtype`` (matrix products
+      by size).  The worker runs such kernels beside the caller's Python; the caller runs the
+      others itself when it flushes them.  ``True`` by default: an op defined outside mge may
+      block or take long, as MegEngine's worker allows; mge's own short ops say ``False``.
+    * ``never_recompute`` -- DTR and drop must never recompute its outputs (random numbers,
+      parameter updates; the seed's ``is_bad_op``).
+    """
 
     _fields = ()
     _defaults = {}
-    # True when the output device is the op's ``device`` parameter (copies, creation ops), not the
-    # device of the first input.
     sets_device = False
+    long_running = True
+    never_recompute = False
+
+    @classmethod
+    def get(cls, *args):
+        """The shared ``cls(*args)``: equal parameters give the same instance."""
+        key = (cls, args, _types(args))
+        try:
+            return _INTERNED[key]
+        except KeyError:
+            pass
+        except TypeError:  # unhashable parameters (lists): the constructor freezes them
+            key = None
+        op = cls(*args)
+        op = _BY_VALUE.setdefault(op, op)
+        if key is not None:
+            if len(_INTERNED) > 16384:  # bounded: a program that makes ops from data
+                _INTERNED.clear()
+                _BY_VALUE.clear()
+                _BY_VALUE[op] = op
+            _INTERNED[key] = op
+        return op
 
     def __init__(self, *args, **kwargs):
         fields = self._fields
@@ -129,6 +165,10 @@ class OpDef:
         """A short readable name (the class name, plus the mode where there is one)."""
         mode = dict(zip(self._fields, self._key)).get("mode")
         return f"{type(self).__name__}.{mode}" if mode is not None else type(self).__name__
+
+
+_INTERNED = {}  # (cls, args, their types) -> the shared instance
+_BY_VALUE = {}  # op -> the shared instance equal to it
 
 
 def _types(v):
