@@ -21,7 +21,7 @@ from ._core.autodiff import rules as _rules  # noqa: E402,F401  (fills the backw
 from . import amp, autodiff, config, core, device, random  # noqa: E402,F401
 from . import module  # noqa: E402,F401
 from . import jit, optimizer  # noqa: E402,F401
-from . import dtr  # noqa: E402,F401  (after optimizer: it marks the updates as never recomputed)
+from . import dtr  # noqa: E402,F401
 from .serialization import load, save  # noqa: E402
 from ._core.plugins import load_plugins as _load_plugins  # noqa: E402
 

@@ -27,7 +27,7 @@ from . import _accel
 
 _accel.guard(__name__)
 
-__all__ = ["DsuNode", "Entry", "DynamicSublinear", "register_bad_op", "is_bad_op"]
+__all__ = ["DsuNode", "Entry", "DynamicSublinear"]
 
 _MB = cython.declare(cython.double, 1048576.0)  # a C constant when compiled
 
@@ -85,33 +85,6 @@ class Entry:
     def __repr__(self):
         return (f"<dtr.Entry {self.info!r} bytes={self.nbytes:.0f} cost={self.compute_time:.0f} "
                 f"pinned={self.pinned} ref_cnt={self.ref_cnt} evicted={bool(self.evicted)}>")
-
-
-# Ops whose outputs are never recorded for recomputation (the seed's ``is_bad_op``): random number
-# generators and updates in place (mge's optimizer updates).  Subclasses count too.
-_bad_bases = []
-_bad_cache = {}
-
-
-def register_bad_op(cls):
-    """Never record (so never evict) the outputs of ops of class ``cls`` or its subclasses."""
-    if cls not in _bad_bases:
-        _bad_bases.append(cls)
-    _bad_cache.clear()
-    return cls
-
-
-def is_bad_op(cls):
-    """Whether ops of class ``cls`` must not be recomputed."""
-    bad = _bad_cache.get(cls)
-    if bad is None:
-        bad = False
-        for base in _bad_bases:
-            if issubclass(cls, base):
-                bad = True
-                break
-        _bad_cache[cls] = bad
-    return bad
 
 
 @cython.cfunc

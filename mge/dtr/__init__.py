@@ -25,22 +25,11 @@ import re
 import sys
 import types
 
-from .._core import _accel
 from .._core.channel import get_channel
-from .._core.ops import rng as _rng
-from ..optimizer.optimizer import UpdateOp as _UpdateOp
 
 __all__ = ["enable", "disable", "eviction_threshold", "evictee_minimum_size",
            "enable_sqrt_sampling", "stats", "reset_stats"]
 
-_policy = _accel.load("mge._core.dtr")
-
-# Never recomputed (the seed's ``is_bad_op``): random number generators, and the optimizers'
-# parameter updates, which are MegEngine's in-place updates (recording them would chain every
-# step's parameters to the previous step's).
-for _cls in (_rng.UniformRNG, _rng.GaussianRNG, _rng.GammaRNG, _rng.BetaRNG, _rng.PoissonRNG,
-             _rng.PermutationRNG, _rng.ShuffleRNG, _UpdateOp):
-    _policy.register_bad_op(_cls)
 
 _UNITS = ("b", "kb", "mb", "gb")
 _SIZE = re.compile(r"(\d+(?:\.\d+)?)\s*([kmg]?b)", re.IGNORECASE)

@@ -1,7 +1,17 @@
-"""The interpreter channel: executes ops and owns tensor storage (seed ``003``).
+"""The interpreter channel: executes ops and owns every tensor's buffer (seed ``003``).
 
-``channel.py`` the channel, ``worker.py`` its thread, ``command_buffer.py`` the commands and Del
-fusion, ``handles.py`` TensorInfo, ``memory.py`` the storage statistics, ``options.py`` the options.
+* ``channel.py`` -- ``Channel``, the caller's side: ``put``, ``apply_op``, ``del_``, reading values
+  and shapes, waiting, errors, options, scopes, the test API, fork.
+* ``executor.py`` -- the worker's side: running commands, the one call of a device's kernel door.
+* ``swap_drop.py`` -- swap out/in, drop, and recomputing dropped values from their producers.
+* ``dtr_mechanism.py`` -- DTR's recording, eviction and freeing (its policy is ``../dtr.py``).
+* ``worker.py`` -- the worker thread.
+* ``command_buffer.py`` -- the commands and the buffer that fuses ``Del`` into the last reader.
+* ``handles.py`` -- ``TensorInfo`` (a tensor in the channel) and ``ComputePath`` (its producer).
+* ``options.py`` -- the options, with MegEngine's names and environment variables.
+
+The channel never looks inside a value: buffers, kernels, transfers and storage sizes belong to the
+devices (``mge/_core/device``).
 """
 from .. import _accel
 from .options import OPTIONS  # noqa: F401

@@ -10,7 +10,11 @@ that ``channel.py`` can ``cimport`` the types and read the fields as struct memb
 """
 import cython
 
-__all__ = ["TensorInfo", "ComputePath", "NONE", "SWAP", "DROP"]
+__all__ = ["TensorInfo", "ComputePath", "NONE", "SWAP", "DROP", "HOST_COMPUTE_SIZE"]
+
+# The seed's limit for values kept and computed on the host (elements): ops on such values run at
+# once on the caller's thread, so shape arithmetic never waits.
+HOST_COMPUTE_SIZE = 7
 
 # evict_type: why a produced tensor has no value now
 NONE = 0
@@ -43,11 +47,6 @@ class TensorInfo:
         self.evict_type = NONE
         self.in_worker = False
         self.deleted = False
-
-    @property
-    def ready(self):
-        """Whether the value can be read now (produced, or failed)."""
-        return self.value is not None or self.error is not None
 
     def __repr__(self):
         if self.error is not None:

@@ -10,6 +10,7 @@ The contract, method by method:
 * ``from_host(array) -> buffer``: a buffer holding ``array`` (a host ``np.ndarray`` that the
   device may keep: nobody else writes it).
 * ``to_host(buffer) -> np.ndarray``: the value on the host, read-only (a view where possible).
+* ``shape(buffer)``, ``nbytes(buffer)``: the value's shape, the bytes of its storage.
 * ``storage(buffer) -> (owner, nbytes)``: the allocation behind ``buffer`` and its size.  Two
   buffers with the same ``owner`` share storage (a view): memory is counted once per owner, and
   DTR does not evict a tensor whose storage another one still holds.
@@ -59,6 +60,10 @@ class Device(abc.ABC):
 
     def storage(self, buffer):
         raise NotImplementedError(f"{type(self).__name__}.storage")
+
+    def shape(self, buffer):
+        """The shape of the value in ``buffer`` (a tuple of ints)."""
+        raise NotImplementedError(f"{type(self).__name__}.shape")
 
     def nbytes(self, buffer):
         """Bytes of ``buffer``'s storage."""

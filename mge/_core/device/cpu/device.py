@@ -75,6 +75,9 @@ class CpuDevice:
         owner = _owner(buffer)
         return owner, owner.nbytes
 
+    def shape(self, buffer):
+        return buffer.shape
+
     def nbytes(self, buffer):
         return buffer.nbytes
 
