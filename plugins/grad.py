@@ -20,23 +20,27 @@ the slots of its inputs, so the tape lives exactly as long as the tensors that c
 
 Backward.  ``backward(key, ys, dys)`` collects the nodes reachable from ``ys``, keeps those through
 which a gradient can reach an attached tensor, and runs them in reverse topological order.  A
-node calls its op's rule, ``BACKWARD[type(op)](op, inputs, outputs, grads, needs)``; gradients
-that reach the same slot are summed.  The rules compute with ``apply``, so their ops go down the same stack and channel as the
-forward pass: the key is frozen once its backward starts and its own layer lets them pass
-unrecorded, while any other key that records sees them -- nested GradManagers give higher-order
+node calls its op's rule, ``BACKWARD[type(op)](op, inputs, outputs, grads, needs)`` (the tables of
+``mge/_core/autodiff``); gradients that reach the same slot are summed.  The rules' ops, and the
+sums, go to the layers *below* the key's own (``stack.below``): the channel runs them as any op,
+the key itself does not see them (it is frozen once its backward starts), and a key recording
+further down -- an outer GradManager -- records them: nested GradManagers give higher-order
 gradients that way.  A key's backward runs once.
 
-In-place updates.  ``Tensor._reset`` (``x += 1``, ``x[i] = v``) swaps a tensor object's value for
-a new one and frees the old one.  While a key is entered the plugin wraps ``_reset`` so that the
-slot moves with the value, and the old value is kept (not freed) until the last key exits: a
-recorded op that read the old value still finds it.  Every such reset bumps an epoch; a node
-remembers the epoch it was recorded in and finds the values of its tensors as they were then.
+In-place updates.  ``Tensor._reset`` (``x += 1``, ``x[i] = v``, optimizer steps) is the op
+``Assign(x, value)``: afterwards ``x`` holds the value and the op's output the old value.  Each
+entered key's layer moves its slot with the value (``x`` takes ``value``'s, the old value keeps
+``x``'s), and the old value is kept (not freed) until the last key exits: a recorded op that read
+the old value still finds it.  Every such update bumps an epoch; a node remembers the epoch it was
+recorded in and finds the values of its tensors as they were then.
 """
 import weakref
 
 import mge
+from mge._core.autodiff import gradutil
+from mge._core.autodiff.registry import BACKWARD, KEEPS_OUTPUTS
 from mge._core.plugins import stack
-from mge.core import Transformation, apply, ops
+from mge.core import Transformation, ops
 
 __all__ = [
     "GradTransformation", "GradKey", "backward", "get_backward_closure", "set_grad",
@@ -44,17 +48,15 @@ __all__ = [
 ]
 
 Tensor = mge.Tensor
-BACKWARD = ops.BACKWARD
-KEEPS_OUTPUTS = ops.base.KEEPS_OUTPUTS
 _Detach = ops.Detach
+_Assign = ops.Assign
 _ADD = ops.elemwise_op("add")
 _IDENTITY = ops.Identity()
 _ref = weakref.ref
 
 _entered = []              # the keys on the stack, oldest first
-_epoch = 0                 # bumped by each in-place reset while a key is entered
+_epoch = 0                 # bumped by each in-place update while a key is entered
 _retired = {}              # id(tensor) -> [tensor, (epoch, holder of its value before), ...]
-_plain_reset = None        # Tensor._reset while no key is entered
 
 # A slot is a tuple ``(key, node, index, next)``: the value is output ``index`` of ``node`` for
 # ``key``; ``next`` is the value's slot for another key (nested keys), or None.  Tuples because a
@@ -158,6 +160,8 @@ class GradTransformation(Transformation):
 
     def apply(self, op, inputs, next):
         key = self.key
+        if type(op) is _Assign:
+            return _assign(key, op, inputs, next)
         if key is None or key._paused or type(op) is _Detach:
             return next(op, inputs)
         in_slots = None
@@ -290,7 +294,6 @@ class GradKey:
         self._layer = GradTransformation(self)
         stack.register(self._layer, "grad")
         _entered.append(self)
-        _hook_reset()
 
     def exit(self):
         """Stop recording and free the tape (calling it again does nothing)."""
@@ -300,7 +303,7 @@ class GradKey:
             self._layer = None
             _entered.remove(self)
             if not _entered:
-                _unhook_reset()
+                _retired.clear()  # the holders of old values die: those values are freed
         tape, self._tape = self._tape, []
         for ref in tape:
             node = ref()
@@ -414,7 +417,7 @@ def _toposort(roots):
 
 def _run(key, seeds):
     key._freeze()
-    bw = _Pass()
+    bw = _Pass(stack.below(key._layer))
     roots = []
     for k, (slot, y, dy) in enumerate(seeds):
         if slot is None or dy is None:
@@ -456,12 +459,13 @@ class _Pass:
     (an ``Identity``, which shares the storage).
     """
 
-    __slots__ = ("grads", "held", "useful")
+    __slots__ = ("grads", "held", "useful", "below")
 
-    def __init__(self):
+    def __init__(self, below):
         self.grads = {}    # node -> list of output gradients (None: none reached that output)
         self.held = {}     # id(gradient tensor) -> how many places hold it
         self.useful = set()
+        self.below = below  # the layers under the key's: where the pass's own ops go
 
     def hold(self, g):
         held = self.held
@@ -482,7 +486,7 @@ class _Pass:
         old = acc[index]
         if old is not None:
             self.release(old)
-            g = apply(_ADD, old, g)[0]
+            g = self.below(_ADD, (old, g))[0]
         acc[index] = g
         self.hold(g)
 
@@ -498,7 +502,7 @@ class _Pass:
             if n.callback is not None:
                 given = g
                 if self.held.get(id(g), 0) > 1:
-                    given = apply(_IDENTITY, g)[0]
+                    given = self.below(_IDENTITY, (g,))[0]
                 self.hold(given)  # the receiver's now: it may update it in place
                 n.callback(given)
             if in_slots and needs[0]:
@@ -521,7 +525,8 @@ class _Pass:
                 inputs = tuple(_value_at(x, n.epoch) for x in inputs)
                 outputs = tuple(None if y is None else _value_at(y, n.epoch) for y in outputs)
             try:
-                result = rule(op, inputs, outputs, tuple(out_grads), needs)
+                with gradutil.below(self.below):
+                    result = rule(op, inputs, outputs, tuple(out_grads), needs)
             except Exception as e:
                 if hasattr(e, "add_note"):
                     e.add_note(f"(in the backward rule of {op.name})")
@@ -616,40 +621,26 @@ def is_grad_attached(tensors):
 
 # -- in-place updates --------------------------------------------------------------------------
 
-def _grad_reset(self, other):
-    """``Tensor._reset`` while a key is entered: the slot moves with the value, and the old value
-    is kept for the tape until the last key exits."""
+def _assign(key, op, inputs, next):
+    """``Assign(target, value)`` under a key's layer: the key's slot moves with the value, and the
+    old value is kept for the ops recorded on it (see the module docstring)."""
     global _epoch
-    if not isinstance(other, Tensor):
-        other = Tensor(other, dtype=self.dtype, device=self.device)
-    if other is self:
-        return
-    _epoch += 1
-    self._info, other._info = other._info, self._info
-    mine = getattr(self, "_gslot", None)
-    theirs = getattr(other, "_gslot", None)
-    if mine is not None or theirs is not None:
-        self._gslot = theirs
-        other._gslot = mine
-    hist = _retired.get(id(self))
+    target, value = inputs
+    if key is None:
+        return next(op, inputs)
+    theirs = _slot_of(value, key)
+    mine = _slot_of(target, key)
+    outputs = next(op, inputs)
+    old = outputs[0]  # holds the target's old value now
+    hist = _retired.get(id(target))
     if hist is None:
-        _retired[id(self)] = hist = [self]
-    hist.append((_epoch, other))  # ``other`` now holds the old value
-
-
-def _hook_reset():
-    global _plain_reset
-    if _plain_reset is None:
-        _plain_reset = Tensor.__dict__["_reset"]
-        Tensor._reset = _grad_reset
-
-
-def _unhook_reset():
-    global _plain_reset
-    if _plain_reset is not None:
-        Tensor._reset = _plain_reset
-        _plain_reset = None
-    _retired.clear()  # the holders die: their values are freed
+        _retired[id(target)] = hist = [target]
+    if hist[-1] is target or hist[-1][1] is not old:  # once per update (each key's layer sees it)
+        _epoch += 1
+        hist.append((_epoch, old))
+    _set_slot(target, key, None if theirs is None else theirs[1], 0 if theirs is None else theirs[2])
+    _set_slot(old, key, None if mine is None else mine[1], 0 if mine is None else mine[2])
+    return outputs
 
 
 # The plugin's face: mge.core.get_plugin("grad").<name>

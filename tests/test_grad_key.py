@@ -10,6 +10,7 @@ import mge
 import mge.functional as F
 from mge import core
 from mge.core import OpDef, TensorDesc, Transformation, apply, def_backward, def_infer, def_kernel
+from helpers import ops_run
 
 grad = core.get_plugin("grad")
 
@@ -489,13 +490,25 @@ def test_backward_frees_the_tape_as_it_goes(key):
 
 # -- in-place updates --------------------------------------------------------------------------
 
-def test_reset_is_wrapped_only_while_a_key_is_entered():
+def test_an_in_place_update_is_an_op_that_the_layers_see():
+    # Tensor._reset is the op Assign (nothing is patched while a key records): the key's layer
+    # moves the gradient with the value.
     plain = mge.Tensor.__dict__["_reset"]
+    x, y = t([1.0, 2.0]), t([3.0, 4.0])
     k = grad.GradKey("k")
     k.enter()
-    assert mge.Tensor.__dict__["_reset"] is not plain
-    k.exit()
-    assert mge.Tensor.__dict__["_reset"] is plain
+    try:
+        got = []
+        k.attach(y, got.append)
+        assert mge.Tensor.__dict__["_reset"] is plain
+        with ops_run() as seen:
+            x._reset(y)
+        assert seen == ["Assign"]
+        assert k.is_attached_to(x)
+        grad.backward(k, [x], [t([1.0, 1.0])])
+    finally:
+        k.exit()
+    np.testing.assert_allclose(got[0].numpy(), [1.0, 1.0])
 
 
 def test_in_place_update_keeps_recorded_values_and_moves_the_slot(key):

@@ -282,7 +282,10 @@ def test_step_is_one_fused_op_per_parameter():
     for opt in opts:
         with ops_run() as seen:
             opt.step()
-        assert len(seen) == len(params), (type(opt).__name__, seen)
+        updates = [name for name in seen if name != "Assign"]
+        assert len(updates) == len(params), (type(opt).__name__, seen)
+        # the rest are the in-place assignments of the parameters and their states
+        assert len(seen) - len(updates) >= len(params), (type(opt).__name__, seen)
 
 def test_update_op_checks_shapes_and_dtypes():
     p = mge.Parameter([1.0, 2.0])

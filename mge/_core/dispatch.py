@@ -11,6 +11,8 @@ from . import _accel
 from .channel import get_channel
 from .device import as_device
 from .dtype import promote_args
+from .ops.assign import Assign
+from .ops.misc import Identity
 _t = _accel.load("mge._core.transformation")
 Stack, Transformation = _t.Stack, _t.Transformation
 
@@ -41,6 +43,8 @@ class EvalTransformation(Transformation):
 
 
 def _eval(op, inputs):
+    if type(op) is _Assign:
+        return _assign(inputs)
     infos = _channel.apply_op(op, [t._info for t in inputs])
     new = _Tensor.__new__
     cls = _Tensor
@@ -50,6 +54,21 @@ def _eval(op, inputs):
         t._info = info
         out.append(t)
     return tuple(out)
+
+
+_Assign = Assign
+_IDENTITY = Identity()
+
+
+def _assign(inputs):
+    # ``Assign(target, value)`` (ops/assign.py): the target takes value's value (shared, as
+    # Identity shares it); the output holds the target's old value.
+    target, value = inputs
+    old = target._info
+    target._info = _channel.apply_op(_IDENTITY, [value._info])[0]
+    t = _Tensor.__new__(_Tensor)
+    t._info = old
+    return (t,)
 
 
 stack = Stack(_eval, EvalTransformation())

@@ -6,6 +6,7 @@ from .channel import get_channel
 from .device import as_device
 from .dtype import canonical, host_array
 from .ops.elemwise import TypeCvt, elemwise_op
+from .ops.assign import Assign
 from .ops.misc import Copy, Detach, Identity
 
 _accel.guard(__name__)
@@ -18,6 +19,7 @@ __all__ = ["Tensor", "Parameter"]
 
 _mode = elemwise_op
 _IDENTITY = Identity()
+_ASSIGN = Assign()
 
 
 def _binary(mode, reflected=False):
@@ -79,13 +81,13 @@ class Tensor:
             src = data if dtype is None else data.astype(dtype)
             if device is not None and as_device(device) != src.device:
                 src = src.to(device)
-            # Identity, not Detach: as in MegEngine, Tensor(x) keeps x's gradient history (the
-            # grad plugin's slot moves with the value).
+            # Identity, not Detach: as in MegEngine, Tensor(x) keeps x's gradient history.  The
+            # state transformations keep on the temporary (its instance dict) moves with it.
             tmp = apply(_IDENTITY, src)[0]
             self._info = tmp._take_info()
-            slot = tmp.__dict__.get("_gslot")
-            if slot is not None:
-                self._gslot = slot
+            state = tmp.__dict__
+            if state:
+                self.__dict__.update(state)
         else:
             self._info = _channel.put(host_array(data, dtype), as_device(device), no_cache)
         if is_const:
@@ -101,13 +103,13 @@ class Tensor:
         return info
 
     def _reset(self, other):
-        """Make this tensor hold ``other``'s value (in-place ops, ``__setitem__``, optimizers)."""
+        """Make this tensor hold ``other``'s value (in-place ops, ``__setitem__``, optimizers).
+
+        An op (``Assign``, ``mge/_core/ops/assign.py``): every transformation sees it.
+        """
         if not isinstance(other, Tensor):
             other = Tensor(other, dtype=self.dtype, device=self.device)
-        self._info, other._info = other._info, self._info
-        if type(other) is Tensor and other._info is not None:
-            _channel.del_(other._info)
-            other._info = None
+        apply(_ASSIGN, self, other)  # (its output, the old value, is dropped here)
 
     def __del__(self):
         info = getattr(self, "_info", None)

@@ -84,6 +84,7 @@ class Stack:
         self._slots = {(s, w): [] for s in SEGMENTS for w in ("before", "at", "after")}
         self.chains = {}
         self._nexts = None
+        self._below = {}  # (id(t), segment) -> next without t (see below)
         self.version = 0
 
     def register(self, t, segment=None):
@@ -121,6 +122,7 @@ class Stack:
     def _changed(self):
         self.chains.clear()  # the dict object is shared with dispatch.apply: clear, never replace
         self._nexts = None
+        self._below.clear()
         self.version += 1
 
     def chain_for(self, cls):
@@ -132,25 +134,30 @@ class Stack:
         return f
 
     def below(self, t, segment="grad"):
-        """``next`` for the layers under ``t``: a callable ``(op, inputs) -> outputs``.
+        """``next`` for the layers from ``segment`` down, without ``t``: a callable
+        ``(op, inputs) -> outputs``.
 
-        When ``t`` is not on the stack, the layers from ``segment`` down (every transformation
-        registered at that segment included).  The grad transformation runs its backward rules'
-        ops through this.
+        The grad transformation runs its backward rules' ops through this: the layers above the
+        ``grad`` segment (dtype promotion, dim expansion) are not walked again, the running key's
+        own layer does not see them, and every other key of the segment -- older or newer --
+        records them (higher-order gradients).  Cached until the stack changes.
         """
-        if self._nexts is None:
-            self._build()
-        layers = self.active()[:-1]
-        for j in range(len(layers)):
-            if layers[j] is t:
-                return self._nexts[j + 1]
-        start = 0
-        for s in SEGMENTS:
-            if s == segment:
-                break
-            start += len(self._slots[(s, "before")]) + len(self._slots[(s, "at")]) + len(
-                self._slots[(s, "after")])
-        return self._nexts[start + len(self._slots[(segment, "before")])]
+        key = (id(t), segment)
+        nxt = self._below.get(key)
+        if nxt is None:
+            layers = []
+            started = False
+            for s in SEGMENTS:
+                if s == segment:
+                    started = True
+                if started:
+                    for w in ("before", "at", "after"):
+                        layers.extend(x for x in self._slots[(s, w)] if x is not t)
+            nexts = [None] * (len(layers) + 1)
+            for k in range(len(layers), -1, -1):
+                nexts[k] = _Next(layers, k, nexts, self._eval)
+            nxt = self._below[key] = nexts[0]
+        return nxt
 
     def _build(self):
         layers = self.active()[:-1]

@@ -6,6 +6,7 @@ from . import base  # noqa: F401
 from .base import BACKWARD, HOST, INFER, KERNELS, OpDef, TensorDesc  # noqa: F401
 from .elemwise import *  # noqa: F401,F403
 from .misc import *  # noqa: F401,F403
+from .assign import *  # noqa: F401,F403
 from .reduce import *  # noqa: F401,F403
 from .matmul import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
