@@ -5,6 +5,7 @@ CPU exactly: a buffer shared by several tensors (views, detached copies) counts 
 """
 from ._core.channel import get_channel
 from ._core.device import CompNode, as_device, get_default_device, set_default_device
+from ._core.device.registry import _cuda_available
 
 __all__ = ["get_default_device", "set_default_device", "CompNode", "is_cuda_available",
            "get_device_count", "get_allocated_memory", "get_max_allocated_memory",
@@ -13,7 +14,6 @@ __all__ = ["get_default_device", "set_default_device", "CompNode", "is_cuda_avai
 
 def is_cuda_available():
     """Whether a CUDA device can be used (always ``False`` until mge's CUDA device exists)."""
-    from ._core.device import _cuda_available
     return _cuda_available()
 
 

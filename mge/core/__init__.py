@@ -8,7 +8,9 @@ A transformation plugin subclasses :class:`Transformation`, gives itself a ``nam
 from .._core import _accel
 from .._core.channel import get_channel
 from .._core.errors import AsyncError, TraceError, UnusableTensorError
-from .._core.ops.base import OpDef, TensorDesc, def_backward, def_infer, def_kernel
+from .._core.autodiff.registry import def_backward
+from .._core.device.cpu import def_kernel
+from .._core.ops.base import OpDef, TensorDesc, def_infer
 from .._core.plugins import (
     disable_transformation, enable_transformation, get_plugin, plugin_errors, plugins,
     register_transformation, transformations,

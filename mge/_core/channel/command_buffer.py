@@ -14,10 +14,10 @@ from .. import _accel
 
 _accel.guard(__name__)
 
-__all__ = ["Command", "CommandBuffer", "PUT", "APPLY", "DEL", "GET_VALUE", "SWAP_IN", "SWAP_OUT",
+__all__ = ["Command", "CommandBuffer", "APPLY", "DEL", "GET_VALUE", "SWAP_IN", "SWAP_OUT",
            "DROP", "SET_OPTION", "PUSH_SCOPE", "POP_SCOPE", "KIND_NAMES"]
 
-PUT = 0
+# (a value is put by the caller at once: there is no Put command)
 APPLY = 1
 DEL = 2
 GET_VALUE = 3
@@ -27,7 +27,7 @@ DROP = 6
 SET_OPTION = 7
 PUSH_SCOPE = 8
 POP_SCOPE = 9
-KIND_NAMES = ("Put", "ApplyOp", "Del", "GetValue", "SwapIn", "SwapOut", "Drop", "SetOption",
+KIND_NAMES = (None, "ApplyOp", "Del", "GetValue", "SwapIn", "SwapOut", "Drop", "SetOption",
               "PushScope", "PopScope")
 
 

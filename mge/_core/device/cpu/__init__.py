@@ -8,7 +8,7 @@
 * ``blas.py`` -- finds numpy's own CBLAS for ``handoff.CPU``.
 """
 from ... import _accel
-from .. import register_device_kind
+from ..registry import register_device_kind
 from . import kernels  # noqa: F401  (fills the tables)
 from .table import INPLACE, KERNELS, def_inplace, def_kernel
 
