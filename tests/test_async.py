@@ -20,7 +20,7 @@ import pytest
 import mge
 import mge.functional as F
 from mge.core import (
-    AsyncError, OpDef, TensorDesc, UnusableTensorError, apply, def_infer, def_kernel, get_option,
+    AsyncError, OpDef, UnusableTensorError, apply, def_infer, def_kernel, get_option,
     set_option,
 )
 from mge._core.channel import OPTIONS, Channel, get_channel
@@ -28,6 +28,7 @@ from mge._core import _accel
 HOST_COMPUTE_SIZE = _accel.load("mge._core.channel.channel").HOST_COMPUTE_SIZE
 from mge._core.device import as_device
 from mge._core.ops import Elemwise
+from helpers import same_desc
 
 ch = get_channel()
 N = 16  # elements: more than HOST_COMPUTE_SIZE, so ops on these are queued (not host-computed)
@@ -54,12 +55,8 @@ _gate_keys = itertools.count()
 _SECOND = {}  # a second Channel for the close-from-the-worker test
 
 
-def _same_desc(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
-
-
 for _cls in (_Gate, _Fail, _CallsChannel):
-    def_infer(_cls)(_same_desc)
+    def_infer(_cls)(same_desc)
 
 
 @def_kernel(_Gate)

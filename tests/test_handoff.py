@@ -23,7 +23,8 @@ from mge._core import _accel
 from mge._core.channel import get_channel
 from mge._core.device.cpu import blas as cpu_blas
 from mge.autodiff import GradManager
-from mge.core import OpDef, TensorDesc, apply, def_infer, def_kernel
+from mge.core import OpDef, apply, def_infer, def_kernel
+from helpers import same_desc
 
 _handoff = _accel.load("mge._core.device.cpu.handoff")
 CPU = _handoff.CPU
@@ -197,9 +198,7 @@ class _WaitForCaller(OpDef):
 _EVENTS = {}
 
 
-@def_infer(_WaitForCaller)
-def _same(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
+def_infer(_WaitForCaller)(same_desc)
 
 
 @def_kernel(_WaitForCaller)
@@ -263,9 +262,7 @@ class _WhereAmI(OpDef):
 _THREADS = []
 
 
-@def_infer(_WhereAmI)
-def _where_infer(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
+def_infer(_WhereAmI)(same_desc)
 
 
 @def_kernel(_WhereAmI)
