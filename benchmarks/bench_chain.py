@@ -9,9 +9,11 @@ Three workloads, each ``x = x * a + b`` repeated (two ops per step):
 
 numpy runs the same chain as the reference.  Frameworks alternate, one repetition each in turn, so
 that drift of the machine hits them alike; the report gives the median time per op and the median
-of the per-repetition ratios to numpy.  MegEngine and torch are included when they can be imported
-in the running Python; for MegEngine, run this script under MegEngine's interpreter with
-``--fw megengine``.
+of the per-repetition ratios to numpy.  torch is included when it can be imported.  MegEngine
+(which needs its own Python: 3.10 with ``numpy<2``) runs under ``--megengine-python PATH``, else
+``$MGE_BENCH_MEGENGINE_PYTHON``, else in this process if ``megengine`` can be imported here, and is
+skipped with a note otherwise.  Under another Python it is timed by this script in a second
+process, after the others, against that process's own numpy.
 
 Output: a readable table, then one JSON line (starting with ``{"bench": "chain"``).
 """
@@ -19,10 +21,13 @@ import argparse
 import json
 import platform
 import statistics
+import subprocess
 import sys
 import time
 
 import numpy as np
+
+import _pythons
 
 OPTIONAL = ("megengine", "torch")
 
@@ -171,6 +176,21 @@ def _at_level(module, level, setup):
     return make
 
 
+def run_elsewhere(python, name, args):
+    """This script under another Python for framework ``name`` (and numpy, its reference), with
+    the same sizes; its JSON record."""
+    cmd = [python, __file__, "--in-this-process", "--fw", name, "--reps", str(args.reps),
+           "--small-ops", str(args.small_ops), "--large-steps", str(args.large_steps),
+           "--workloads", args.workloads]
+    if args.async_level is not None:
+        cmd += ["--async-level", str(args.async_level)]
+    out = subprocess.run(cmd, capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"bench_chain: {name} under {python} failed:\n{out.stderr[-2000:]}")
+    lines = [ln for ln in out.stdout.splitlines() if ln.startswith('{"bench": "chain"')]
+    return json.loads(lines[-1])
+
+
 def mode_of(fws):
     info = {}
     if any(n.startswith("mge") for n in fws):
@@ -220,6 +240,8 @@ def main(argv=None):
                         "(mge appears once per level, as mge@2, mge@0)")
     p.add_argument("--workloads", default=",".join(WORKLOADS),
                    help=f"comma-separated subset of {', '.join(WORKLOADS)}")
+    _pythons.add_option(p, "megengine")
+    p.add_argument("--in-this-process", action="store_true", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
 
     if args.fw:
@@ -229,6 +251,13 @@ def main(argv=None):
         names = ["mge"] + list(OPTIONAL)
     if "numpy" not in names:
         names.append("numpy")
+    megengine_python = None      # set when MegEngine runs under another Python
+    if "megengine" in names and not args.in_this_process:
+        python = _pythons.find("megengine", args.megengine_python, "bench_chain",
+                               required="megengine" in _explicit)
+        if python is None or not _pythons.is_this_python(python):
+            names.remove("megengine")
+            megengine_python = python
     fws = load_frameworks(names, args.async_level)
     if args.async_levels and "mge" in fws:
         import mge
@@ -242,6 +271,15 @@ def main(argv=None):
             raise SystemExit(f"bench_chain: unknown workload {workload!r}")
         steps = max(1, args.small_ops // 2) if workload != "large" else args.large_steps
         results[workload] = bench(fws, workload, steps, args.reps)
+    info = mode_of(fws)
+    if megengine_python is not None:
+        other = run_elsewhere(megengine_python, "megengine", args)
+        for workload, res in results.items():
+            res["megengine"] = other["results"][workload]["megengine"]
+        fws = {**{n: f for n, f in fws.items() if n != "numpy"}, "megengine": None,
+               "numpy": fws["numpy"]}
+        info["megengine_version"] = other.get("megengine_version")
+        info["megengine_python"] = megengine_python
 
     print(table(results, fws))
     record = {
@@ -249,7 +287,7 @@ def main(argv=None):
         "python": platform.python_version(),
         "numpy": np.__version__,
         "frameworks": list(fws),
-        **mode_of(fws),
+        **info,
         "results": results,
     }
     print(json.dumps(record, sort_keys=False))

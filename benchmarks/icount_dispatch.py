@@ -7,14 +7,18 @@ Wall-clock timings on a shared machine move by 2x between runs; instruction coun
 script runs itself twice under ``valgrind --tool=callgrind`` -- ``x = x * a + b`` for N and for
 3N iterations -- and divides the difference of the two totals by the 4N extra ops, so start-up and
 imports cancel out.  ``--fw numpy`` counts the same chain on ndarrays, the floor;
-``--fw megengine --python /path/to/python3.10`` counts MegEngine 1.13 (all threads: its worker's
-instructions are included, as mge's are).  Needs valgrind.
+``--fw megengine`` counts MegEngine 1.13 (all threads: its worker's instructions are included, as
+mge's are) under ``--megengine-python PATH``, else ``$MGE_BENCH_MEGENGINE_PYTHON``, else this
+Python if it can import ``megengine`` (with none of them it is skipped with a note).  ``--python``
+is the interpreter for mge and numpy (default: this one).  Needs valgrind.
 """
 import argparse
 import os
 import re
 import subprocess
 import sys
+
+import _pythons
 
 
 def chain(fw, operand, shape, n):
@@ -47,7 +51,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--fw", default="mge", choices=["mge", "megengine", "numpy"])
     p.add_argument("--python", default=sys.executable,
-                   help="the interpreter to count (e.g. MegEngine's Python 3.10 environment)")
+                   help="the interpreter that runs mge or numpy (default: this one)")
+    _pythons.add_option(p, "megengine")
     p.add_argument("--operand", default="tensor", choices=["tensor", "float"])
     p.add_argument("--shape", type=int, default=4)
     p.add_argument("--n", type=int, default=1000)
@@ -56,6 +61,10 @@ def main():
     if args.run is not None:
         chain(args.fw, args.operand, (args.shape,), args.run)
         return
+    if args.fw == "megengine":
+        args.python = _pythons.find("megengine", args.megengine_python, "icount_dispatch")
+        if args.python is None:
+            return
     small, large = count(args, args.n), count(args, 3 * args.n)
     per_op = (large - small) / (4 * args.n)
     print(f"{args.fw} {args.operand} shape ({args.shape},): {per_op / 1000:.2f} k instructions per op")

@@ -9,8 +9,9 @@ one's median and the median of the per-round ratios to mge.
     python benchmarks/side_by_side.py bench_mlp.py
 
 The script is looked up in ``../shared/bench`` (the project's yardsticks) unless a path is given.
-MegEngine runs under ``--megengine-python`` (default ``/tmp/megvenv/bin/python``, a Python 3.10
-virtual environment with ``pip install megengine==1.13.0 "numpy<2"``) when that exists.
+MegEngine runs under ``--megengine-python PATH`` (e.g. a Python 3.10 virtual environment with
+``pip install megengine==1.13.0 "numpy<2"``), else ``$MGE_BENCH_MEGENGINE_PYTHON``, else this
+Python if it can import ``megengine``; with none of them it is skipped with a note.
 """
 import argparse
 import json
@@ -18,6 +19,8 @@ import os
 import statistics
 import subprocess
 import sys
+
+import _pythons
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 SHARED = os.path.join(HERE, "..", "..", "shared", "bench")
@@ -48,13 +51,14 @@ def main():
     p.add_argument("script")
     p.add_argument("--rounds", type=int, default=5)
     p.add_argument("--fw", default="mge,megengine,numpy")
-    p.add_argument("--megengine-python", default="/tmp/megvenv/bin/python")
+    _pythons.add_option(p, "megengine")
     args, extra = p.parse_known_args()
     script = args.script if os.path.exists(args.script) else os.path.join(SHARED, args.script)
     fws = [f for f in args.fw.split(",") if f]
-    if "megengine" in fws and not os.path.exists(args.megengine_python):
-        print(f"side_by_side: {args.megengine_python} not found; skipping megengine", file=sys.stderr)
-        fws.remove("megengine")
+    if "megengine" in fws:
+        args.megengine_python = _pythons.find("megengine", args.megengine_python, "side_by_side")
+        if args.megengine_python is None:
+            fws.remove("megengine")
     values = {f: [] for f in fws}
     key = None
     for _ in range(args.rounds):

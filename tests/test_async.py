@@ -20,13 +20,15 @@ import pytest
 import mge
 import mge.functional as F
 from mge.core import (
-    AsyncError, OpDef, TensorDesc, UnusableTensorError, apply, def_infer, def_kernel, get_option,
+    AsyncError, OpDef, UnusableTensorError, apply, def_infer, def_kernel, get_option,
     set_option,
 )
 from mge._core.channel import OPTIONS, Channel, get_channel
 from mge._core import _accel
 HOST_COMPUTE_SIZE = _accel.load("mge._core.channel.channel").HOST_COMPUTE_SIZE
 from mge._core.device import as_device
+from mge._core.ops import Elemwise
+from helpers import same_desc
 
 ch = get_channel()
 N = 16  # elements: more than HOST_COMPUTE_SIZE, so ops on these are queued (not host-computed)
@@ -53,12 +55,8 @@ _gate_keys = itertools.count()
 _SECOND = {}  # a second Channel for the close-from-the-worker test
 
 
-def _same_desc(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
-
-
 for _cls in (_Gate, _Fail, _CallsChannel):
-    def_infer(_cls)(_same_desc)
+    def_infer(_cls)(same_desc)
 
 
 @def_kernel(_Gate)
@@ -121,16 +119,17 @@ def bad_index_pair():
 @pytest.fixture(autouse=True)
 def _clean_channel():
     """Options restored after each test; a test must not leave unreported worker errors."""
-    saved = dict(ch.options.values)
+    saved = {name: get_option(name) for name in OPTIONS}
     yield
     leftover = []
     try:
-        ch.wait_idle()
+        mge._full_sync()             # a sync point: it raises the errors nobody read
+    except AsyncError as e:
+        leftover = e.errors
     finally:
-        leftover, ch.errors = ch.errors, []
         for name, value in saved.items():
-            if ch.get_option(name) != value:
-                ch.set_option(name, value)
+            if get_option(name) != value:
+                set_option(name, value)
     assert not leftover, f"errors never reported: {leftover}"
 
 
@@ -233,7 +232,8 @@ def test_close_is_idempotent_finishes_queued_work_and_refuses_more():
     assert all(o.value is not None for o in outs)  # queued work ran before the worker stopped
     np.testing.assert_array_equal(outs[-1].value, np.arange(N) ** 2)
     c.close()
-    assert not c.worker.alive
+    tid = c.worker_thread()
+    assert tid is not None and tid not in {t.ident for t in threading.enumerate()}  # stopped
     for call in (lambda: c.put(np.ones(1), cpu), lambda: c.sync(),
                  lambda: c.apply_op(mge.core.ops.Elemwise("neg"), [a])):
         with pytest.raises(RuntimeError, match="closed"):
@@ -252,7 +252,10 @@ def test_close_reports_unread_errors(capfd):
 def test_set_option_and_get_option():
     assert get_option("buffer_length") == 3
     set_option("buffer_length", 7)
-    assert get_option("buffer_length") == 7 == ch.buffer.length
+    assert get_option("buffer_length") == 7
+    x = big()
+    ys = [x + k for k in range(9)]
+    assert len(ch.buffered()) == 7              # the buffer holds the last 7 commands
     assert mge.core.get_option("buffer_length") == ch.get_option("buffer_length")
 
 
@@ -280,17 +283,19 @@ def test_del_is_fused_into_the_last_use_and_the_buffer_is_reused():
     x = big(1)
     mge._full_sync()
     addr = _addr(x._info)
-    fused, inplace = ch.stats["fused_dels"], ch.stats["inplace"]
+    before = ch.counters()
     y = x * 2
-    cmd = ch.buffer.commands[-1]
-    assert cmd.kind == 1 and cmd.outputs[0] is y._info and not cmd.dels
     xi = x._info
+    kind, op, inputs, dels = ch.buffered()[-1]
+    assert kind == "ApplyOp" and op == Elemwise("mul") and inputs[0] is xi and not dels
     del x
-    assert cmd.dels == [xi]                     # the Del rode along with the ApplyOp
-    assert all(c.kind != 2 for c in ch.buffer.commands)
+    kind, op, inputs, dels = ch.buffered()[-1]
+    assert kind == "ApplyOp" and op == Elemwise("mul") and dels == [xi]  # the Del rode along
+    assert all(kind != "Del" for kind, *_ in ch.buffered())
     np.testing.assert_array_equal(y.numpy(), np.arange(1, N + 1) * 2)
-    assert ch.stats["fused_dels"] == fused + 1
-    assert ch.stats["inplace"] == inplace + 1
+    after = ch.counters()
+    assert after["fused_dels"] == before["fused_dels"] + 1
+    assert after["inplace"] == before["inplace"] + 1
     assert _addr(y._info) == addr               # the output lives in x's old buffer
     assert xi.value is None
 
@@ -302,7 +307,8 @@ def test_no_fusion_when_the_tensor_is_used_later_in_the_buffer():
     xi = x._info
     del x
     # a later buffered command reads x: the Del cannot move before it
-    assert any(c.kind == 1 and c.dels and xi in c.dels for c in ch.buffer.commands) is False
+    assert not any(kind == "ApplyOp" and dels and xi in dels
+                   for kind, _, _, dels in ch.buffered())
     np.testing.assert_array_equal(y.numpy(), np.arange(N) * 2)
     np.testing.assert_array_equal(z.numpy(), np.arange(N) + 1)
     assert xi.value is None
@@ -311,23 +317,23 @@ def test_no_fusion_when_the_tensor_is_used_later_in_the_buffer():
 def test_buffer_length_zero_disables_fusion():
     set_option("buffer_length", 0)
     x = big()
-    fused = ch.stats["fused_dels"]
+    fused = ch.counters()["fused_dels"]
     y = x * 2
-    assert ch.buffer.commands == []             # nothing held back
+    assert ch.buffered() == []                  # nothing held back
     del x
     np.testing.assert_array_equal(y.numpy(), np.arange(N) * 2)
-    assert ch.stats["fused_dels"] == fused
+    assert ch.counters()["fused_dels"] == fused
 
 
 def test_changing_buffer_length_flushes_and_keeps_order():
     x = big()
     ys = [x * k for k in range(3)]
-    assert len(ch.buffer.commands) == 3
+    assert len(ch.buffered()) == 3
     set_option("buffer_length", 1)
-    assert ch.buffer.commands == []
+    assert ch.buffered() == []
     set_option("buffer_length", 10)
     zs = [x + k for k in range(8)]
-    assert len(ch.buffer.commands) == 8
+    assert len(ch.buffered()) == 8
     for k in range(3):
         np.testing.assert_array_equal(ys[k].numpy(), np.arange(N) * k)
     for k in range(8):
@@ -521,7 +527,10 @@ try:
     y.numpy()
 except RuntimeError as e:
     print("RAISED:", e, "| cause:", repr(e.__cause__))
-get_channel().worker.thread.join(10)
+tid = get_channel().worker_thread()    # the worker died: wait until its thread has ended
+for t in threading.enumerate():
+    if t.ident == tid:
+        t.join(10)
 print("HOOK:", seen)
 try:
     (x * 2).numpy()
@@ -642,12 +651,12 @@ def test_drop_recomputes_bit_identically():
     gc.disable()
     try:
         before = _mem()
-        recomputed = ch.stats["recomputed"]
+        recomputed = ch.counters()["recomputed"]
         y._drop()
         assert _mem() == before - 4000
         assert y._info.value is None
         np.testing.assert_array_equal(y.numpy(), expected)
-        assert ch.stats["recomputed"] == recomputed + 1
+        assert ch.counters()["recomputed"] == recomputed + 1
         assert _mem() == before
     finally:
         gc.enable()
@@ -676,14 +685,14 @@ def test_drop_recomputes_recursively():
     b = F.exp(a)
     c = b * b
     ea, eb, ec = a.numpy().copy(), b.numpy().copy(), c.numpy().copy()
-    recomputed = ch.stats["recomputed"]
+    recomputed = ch.counters()["recomputed"]
     a._drop()
     b._drop()
     c._drop()
     mge._full_sync()
     assert a._info.value is None and b._info.value is None and c._info.value is None
     np.testing.assert_array_equal(c.numpy(), ec)    # c from b from a from x
-    assert ch.stats["recomputed"] == recomputed + 3
+    assert ch.counters()["recomputed"] == recomputed + 3
     np.testing.assert_array_equal(b.numpy(), eb)
     np.testing.assert_array_equal(a.numpy(), ea)
 

@@ -7,8 +7,9 @@ from hypothesis import given, settings, strategies as st
 
 import mge
 import mge.functional as F
+from mge._core.device.cpu import KERNELS
 from mge._core.ops import (
-    ConvolutionBackwardData, ConvolutionBackwardFilter, Convolution, KERNELS, Pooling,
+    ConvolutionBackwardData, ConvolutionBackwardFilter, Convolution, Pooling,
 )
 
 
@@ -162,7 +163,7 @@ def test_conv_transpose2d(stride, padding, output_padding, dilation, groups):
 def test_conv_transpose_is_adjoint_of_conv():
     # <conv(x, w), dy> == <x, conv_transpose(dy, w)> == <w, dW(x, dy)>: the backward ops agree.
     rng = np.random.default_rng(5)
-    k = KERNELS["cpu"]
+    k = KERNELS
     for xs, ws, s, p, d, g in [((2, 4, 7, 8), (2, 3, 2, 3, 2), (2, 1), (1, 2), (2, 1), 2),
                                ((1, 2, 5, 4, 6), (3, 2, 1, 2, 2), (2, 1, 1), (1, 0, 1), (1, 1, 2), 1)]:
         x, w = rng.standard_normal(xs), rng.standard_normal(ws)
@@ -296,7 +297,7 @@ def test_empty_batch():
     assert F.conv_transpose2d(x, mge.tensor(np.ones((2, 3, 3, 3), "float32"))).shape == (0, 3, 6, 6)
     assert F.max_pool2d(x, 2).shape == (0, 2, 2, 2)
     assert F.avg_pool2d(x, 2, padding=1).shape == (0, 2, 3, 3)
-    k = KERNELS["cpu"][ConvolutionBackwardFilter]
+    k = KERNELS[ConvolutionBackwardFilter]
     dw = k(ConvolutionBackwardFilter((1, 1), (0, 0), (1, 1), 1), np.zeros((0, 2, 4, 4)),
            np.zeros((0, 3, 2, 2)), np.ones((3, 2, 3, 3)))[0]
     np.testing.assert_array_equal(dw, np.zeros((3, 2, 3, 3)))

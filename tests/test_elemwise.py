@@ -7,6 +7,7 @@ from hypothesis.extra import numpy as hnp
 
 import mge
 import mge.functional as F
+from helpers import as_tensor as t, check_close as check
 
 MEGENGINE_ELEMWISE_ALL = [
     "abs", "add", "acos", "asin", "atan", "atan2", "asinh", "acosh", "atanh", "ceil", "clip",
@@ -16,18 +17,6 @@ MEGENGINE_ELEMWISE_ALL = [
     "neg", "not_equal", "pow", "right_shift", "round", "sin", "sinh", "sqrt", "square", "sub",
     "tan", "tanh",
 ]
-
-
-def t(a, dtype=None):
-    return mge.tensor(np.asarray(a), dtype=dtype)
-
-
-def check(out, ref, dtype, rtol=1e-5, atol=1e-6):
-    assert isinstance(out, mge.Tensor)
-    assert out.dtype == np.dtype(dtype), (out.dtype, dtype)
-    assert out.shape == np.shape(ref)
-    np.testing.assert_allclose(out.numpy().astype(np.float64), np.asarray(ref, np.float64),
-                               rtol=rtol, atol=atol, equal_nan=True)
 
 
 def test_exports_match_megengine():

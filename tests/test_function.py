@@ -5,14 +5,7 @@ import pytest
 import mge
 import mge.functional as F
 from mge.autodiff import Function, GradManager
-
-
-def t(values, dtype="float32"):
-    return mge.tensor(np.asarray(values, dtype=dtype))
-
-
-def close(tensor, expected):
-    np.testing.assert_allclose(tensor.numpy(), np.asarray(expected, "float32"), rtol=1e-5, atol=1e-6)
+from helpers import close, float_tensor as t
 
 
 class Sigmoid(Function):

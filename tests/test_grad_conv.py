@@ -9,25 +9,12 @@ import numpy as np
 import pytest
 
 from gradcheck import check_vjp
-from helpers import raises_at_run
+from helpers import exact_tensor as _t, randn as _x, raises_at_run, run as _run
 
-from mge import Tensor
 from mge.core import apply
 from mge._core.ops import (
     BACKWARD, Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter,
 )
-
-
-def _x(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
-def _t(a):
-    return Tensor(a, dtype=a.dtype)
-
-
-def _run(op, *arrays):
-    return [y.numpy() for y in apply(op, *[_t(a) for a in arrays])]
 
 
 def _weight(out_ch, in_ch, kernel, groups, seed):

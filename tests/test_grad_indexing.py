@@ -9,6 +9,8 @@ whose rule is not itself differentiable (none: every rule is built from ops with
 Setters with repeated indices are not checked numerically: which write survives is numpy's choice,
 and the value's gradient follows MegEngine (every repeat gets it); see the test at the end.
 """
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -16,6 +18,7 @@ from hypothesis import strategies as st
 
 import mge
 from gradcheck import case_id, check_vjp, rule_vjp
+from helpers import exact_tensor as _t, indices as _idx, randn
 from mge._core.ops import (
     BACKWARD, IndexingIncrMultiAxisVec, IndexingMultiAxisVec, IndexingSetMultiAxisVec,
     SetSubtensor, Subtensor,
@@ -24,7 +27,7 @@ from mge._core.ops import indexing
 from mge._core.ops.base import OpDef
 from mge.core import apply
 
-_rng = np.random.default_rng(12)
+_x = functools.partial(randn, rng=np.random.default_rng(12))  # successive arrays differ
 
 NEW, ELL, ARR, MASK = ("new",), ("ell",), ("arr",), ("mask",)
 
@@ -35,14 +38,6 @@ def S(start=None, stop=None, step=None):
 
 def I(k):  # noqa: E743  (an int index item)
     return ("int", k)
-
-
-def _x(*shape):
-    return _rng.standard_normal(shape)
-
-
-def _idx(values):
-    return np.array(values, dtype="int32")
 
 
 _BASIC = [
@@ -144,10 +139,6 @@ def test_any_repeated_indices(index, axis):
 
 
 # -- behaviour beyond the numbers -----------------------------------------------------------------
-
-def _t(a):
-    return mge.tensor(np.asarray(a), dtype=np.asarray(a).dtype)
-
 
 def test_repeated_advanced_indices_accumulate():
     got = rule_vjp(IndexingMultiAxisVec((ARR,)), [np.zeros(3), _idx([1, 1, 1, 2])],

@@ -10,13 +10,9 @@ import mge
 import mge.functional as F
 from mge import core
 from mge.core import OpDef, TensorDesc, Transformation, apply, def_backward, def_infer, def_kernel
-from helpers import ops_run
+from helpers import float_tensor as t, ops_run, same_desc
 
 grad = core.get_plugin("grad")
-
-
-def t(values, dtype="float32"):
-    return mge.tensor(np.asarray(values, dtype=dtype))
 
 
 def ones(y):
@@ -72,15 +68,11 @@ class Broken(OpDef):
     pass
 
 
-def _same(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
-
-
 def _pair(op, descs):
     return [TensorDesc(descs[0][0], descs[0][1])] * 2
 
 
-for _cls, _rule in ((Twice, _same), (Pair, _pair), (NoRule, _same), (Broken, _same)):
+for _cls, _rule in ((Twice, same_desc), (Pair, _pair), (NoRule, same_desc), (Broken, same_desc)):
     def_infer(_cls)(_rule)
 
 def_kernel(Twice)(lambda op, x: (x * 2,))

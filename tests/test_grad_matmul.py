@@ -4,6 +4,8 @@ Checked against central differences in float64 (``gradcheck.check_vjp``).  ``CAS
 ``(op, arrays)`` for a later second-order test; ``SECOND_ORDER_SKIP`` names (``op.name``) the ops
 whose rule is not itself differentiable (none: every rule is built from ops with rules).
 """
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,14 +13,11 @@ from hypothesis import strategies as st
 
 import mge
 from gradcheck import case_id, check_dropped_output, check_vjp
+from helpers import randn
 from mge._core.ops import BACKWARD, SVD, BatchedMatrixMul, Dot, MatInv, MatrixMul
 from mge.core import apply
 
-_rng = np.random.default_rng(3)
-
-
-def _m(*shape):
-    return _rng.standard_normal(shape)
+_m = functools.partial(randn, rng=np.random.default_rng(3))  # successive arrays differ
 
 
 def _well_conditioned(*shape):

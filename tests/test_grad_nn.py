@@ -13,7 +13,7 @@ import numpy as np
 import pytest
 
 from gradcheck import check_vjp
-from helpers import raises_at_run
+from helpers import exact_tensor as _t, randn as _x, raises_at_run, run as _run
 
 import mge
 from mge import Tensor
@@ -26,24 +26,15 @@ from mge._core.ops import (
 )
 
 
-def _x(*shape, seed=0):
-    return np.random.default_rng(seed).standard_normal(shape)
-
-
 def _index(shape, n, seed=0):
     return np.random.default_rng(seed).integers(0, n, shape).astype(np.int32)
 
 
-def _run(op, *arrays):
-    """The op's outputs as numpy arrays, float64 inputs kept float64."""
-    return [y.numpy() for y in apply(op, *[Tensor(a, dtype=a.dtype) for a in arrays])]
-
-
 def _rule(op, arrays, grads, needs=None):
     """The rule's input gradients (numpy, or None) for output gradients ``grads``."""
-    inputs = tuple(Tensor(a, dtype=a.dtype) for a in arrays)
+    inputs = tuple(_t(a) for a in arrays)
     outputs = apply(op, *inputs)
-    grads = tuple(None if g is None else Tensor(g, dtype=g.dtype) for g in grads)
+    grads = tuple(None if g is None else _t(g) for g in grads)
     needs = tuple(True for _ in arrays) if needs is None else needs
     out = BACKWARD[type(op)](op, inputs, outputs, grads, needs)
     return [None if g is None else g.numpy() for g in out]
@@ -253,10 +244,6 @@ def test_rule_gives_none_without_a_gradient_or_a_need(case):
 
 
 # -- the new backward ops' shape rules -------------------------------------------------------------
-
-def _t(a):
-    return Tensor(a, dtype=a.dtype)
-
 
 def test_backward_op_shape_errors():
     raises_at_run(ValueError, r"IndexingSetOneHot: value must have shape \(2, 4\) or \(2, 1, 4\)",

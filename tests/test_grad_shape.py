@@ -4,6 +4,8 @@ Checked against central differences in float64 (``gradcheck.check_vjp``).  ``CAS
 ``(op, arrays)`` for a later second-order test; ``SECOND_ORDER_SKIP`` names (``op.name``) the ops
 whose rule is not itself differentiable (none: every rule is built from ops with rules).
 """
+import functools
+
 import numpy as np
 import pytest
 from hypothesis import given, settings
@@ -11,6 +13,7 @@ from hypothesis import strategies as st
 
 import mge
 from gradcheck import case_id, check_vjp, rule_vjp
+from helpers import exact_tensor as _t, indices as _idx, randn
 from mge._core.device import as_device
 from mge._core.ops import (
     BACKWARD, AddAxis, Arange, Broadcast, Concat, CondTake, Diag, Dimshuffle, Eye, Fill, Gather,
@@ -20,15 +23,7 @@ from mge._core.ops import creation, shape
 from mge._core.ops.base import OpDef
 from mge.core import apply
 
-_rng = np.random.default_rng(11)
-
-
-def _x(*shape):
-    return _rng.standard_normal(shape)
-
-
-def _idx(values):
-    return np.array(values, dtype="int32")
+_x = functools.partial(randn, rng=np.random.default_rng(11))  # successive arrays differ
 
 
 def _cases():
@@ -146,10 +141,6 @@ def test_roll_repeat_and_concat_any_axis(shape, data):
 
 
 # -- behaviour beyond the numbers -----------------------------------------------------------------
-
-def _t(a):
-    return mge.tensor(np.asarray(a), dtype=np.asarray(a).dtype)
-
 
 def test_split_outputs_without_gradient_count_as_zero():
     x = _t(np.arange(6.0).reshape(2, 3))

@@ -23,7 +23,8 @@ from mge._core import _accel
 from mge._core.channel import get_channel
 from mge._core.device.cpu import blas as cpu_blas
 from mge.autodiff import GradManager
-from mge.core import OpDef, TensorDesc, apply, def_infer, def_kernel
+from mge.core import OpDef, apply, def_infer, def_kernel
+from helpers import same_desc
 
 _handoff = _accel.load("mge._core.device.cpu.handoff")
 CPU = _handoff.CPU
@@ -169,9 +170,9 @@ def _train(level, steps=3):
 def test_sgd_writes_parameters_in_place_with_the_same_bits():
     # At level 2 the Del of a parameter's old value is fused into its update, which then writes
     # the new value over the old buffer; at level 0 nothing is fused (a new buffer each step).
-    before = ch.stats["inplace"]
+    before = ch.counters()["inplace"]
     fused_losses, fused = _train(2)
-    assert ch.stats["inplace"] - before >= 3 * 4  # four parameters, three steps
+    assert ch.counters()["inplace"] - before >= 3 * 4  # four parameters, three steps
     plain_losses, plain = _train(0)
     assert fused_losses == plain_losses
     for a, b in zip(fused, plain):
@@ -197,9 +198,7 @@ class _WaitForCaller(OpDef):
 _EVENTS = {}
 
 
-@def_infer(_WaitForCaller)
-def _same(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
+def_infer(_WaitForCaller)(same_desc)
 
 
 @def_kernel(_WaitForCaller)
@@ -236,12 +235,12 @@ def test_the_caller_does_not_hang_on_a_worker_that_waits_for_it():
 def test_worker_sleeps_and_wakes_through_the_handoff():
     h = ch.handoff
     mge._full_sync()
-    assert ch.worker.idle and h.state == _handoff.IDLE
+    assert ch.idle() and h.state == _handoff.IDLE
     x = mge.tensor(np.ones(1 << 15, np.float32))  # big: the worker is woken at once
     y = x + 1
     np.testing.assert_array_equal(y.numpy(), np.full(1 << 15, 2, np.float32))
     mge._full_sync()
-    assert ch.worker.idle and h.state == _handoff.IDLE and not h.caller_waiting
+    assert ch.idle() and h.state == _handoff.IDLE and not h.caller_waiting
 
 
 def test_gemms_run_without_the_gil_on_the_worker():
@@ -263,9 +262,7 @@ class _WhereAmI(OpDef):
 _THREADS = []
 
 
-@def_infer(_WhereAmI)
-def _where_infer(op, descs):
-    return [TensorDesc(descs[0][0], descs[0][1])]
+def_infer(_WhereAmI)(same_desc)
 
 
 @def_kernel(_WhereAmI)
@@ -304,7 +301,9 @@ def test_short_kernels_run_on_the_caller_and_long_ones_on_the_worker():
         np.testing.assert_array_equal(d.numpy(), np.full((128, 128), 134, np.float32))
     finally:
         kernels.update(saved)
-    assert seen["MatrixMul"] == {ch.worker.tid} and _THREADS == [ch.worker.tid]
+    worker = ch.worker_thread()
+    assert worker is not None and worker != threading.get_ident()
+    assert seen["MatrixMul"] == {worker} and _THREADS == [worker]
 
 
 def test_a_small_product_runs_on_the_caller():

@@ -9,6 +9,7 @@ from hypothesis.extra import numpy as hnp
 
 import mge
 import mge.functional as F
+from helpers import as_tensor as t, check_close as check
 from mge.core import apply
 from mge._core.ops import CumSum, Reduce, TopK
 
@@ -16,18 +17,6 @@ MEGENGINE_MATH_ALL = [
     "argmax", "argmin", "argsort", "dot", "isinf", "isnan", "matinv", "matmul", "max", "mean",
     "min", "norm", "normalize", "prod", "sign", "sort", "std", "sum", "svd", "topk", "var",
 ]
-
-
-def t(a, dtype=None):
-    return mge.tensor(np.asarray(a), dtype=dtype)
-
-
-def check(out, ref, dtype, rtol=1e-5, atol=1e-6):
-    assert isinstance(out, mge.Tensor)
-    assert out.dtype == np.dtype(dtype), (out.dtype, dtype)
-    assert out.shape == np.shape(ref), (out.shape, np.shape(ref))
-    np.testing.assert_allclose(out.numpy().astype(np.float64), np.asarray(ref, np.float64),
-                               rtol=rtol, atol=atol, equal_nan=True)
 
 
 def test_exports():

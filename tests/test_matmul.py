@@ -1,4 +1,5 @@
 """Matrix products and linear algebra (F.matmul, F.dot, F.matinv, F.svd) against numpy."""
+import functools
 import re
 
 import numpy as np
@@ -8,20 +9,12 @@ from hypothesis import strategies as st
 
 import mge
 import mge.functional as F
+from helpers import as_tensor as t, check_close
 from mge.core import apply
 from mge._core.ops import BatchedMatrixMul, Dot, MatrixMul
 
 
-def t(a, dtype=None):
-    return mge.tensor(np.asarray(a), dtype=dtype)
-
-
-def check(out, ref, dtype, rtol=1e-5, atol=1e-5):
-    assert isinstance(out, mge.Tensor)
-    assert out.dtype == np.dtype(dtype), (out.dtype, dtype)
-    assert out.shape == np.shape(ref), (out.shape, np.shape(ref))
-    np.testing.assert_allclose(out.numpy().astype(np.float64), np.asarray(ref, np.float64),
-                               rtol=rtol, atol=atol)
+check = functools.partial(check_close, atol=1e-5, equal_nan=False)
 
 
 def rand(*shape):

@@ -7,7 +7,8 @@ from hypothesis import given, settings, strategies as st
 
 import mge
 import mge.functional as F
-from mge._core.ops import KERNELS, Dropout
+from mge._core.device.cpu import KERNELS
+from mge._core.ops import Dropout
 
 
 def T(x, dtype=None):
@@ -231,7 +232,7 @@ def test_dropout_statistics_and_identity():
 
 def test_dropout_op_is_deterministic_per_seed():
     x = np.arange(1, 101, dtype="float32")
-    k = KERNELS["cpu"][Dropout]
+    k = KERNELS[Dropout]
     y1, m1 = k(Dropout(0.5, 42), x)
     y2, m2 = k(Dropout(0.5, 42), x)
     np.testing.assert_array_equal(y1, y2)

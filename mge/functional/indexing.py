@@ -17,9 +17,6 @@ from ..core import apply
 __all__ = ["getitem", "setitem"]
 
 _int32 = np.dtype("int32")
-_get_ops = {}
-_set_ops = {}
-_int_ops = {}
 
 
 def _bound(v, what):
@@ -97,18 +94,13 @@ def getitem(x, index):
     Signature: ``getitem(x, index)`` (what ``Tensor.__getitem__`` calls).
     """
     if type(index) is int:
-        op = _int_ops.get(index)
-        if op is None:
-            if len(_int_ops) > 4096:
-                _int_ops.clear()
-            op = _int_ops[index] = Subtensor((("int", index),))
-        return apply(op, x)[0]
+        return apply(Subtensor.get((("int", index),)), x)[0]
     items, arrays = _parse(x, index)
     if arrays:
         cls, args = IndexingMultiAxisVec, (x, *arrays)
     else:
         cls, args = Subtensor, (x,)
-    return apply(_op(_get_ops, cls, items), *args)[0]
+    return apply(cls.get(items), *args)[0]
 
 
 def setitem(x, index, value):
@@ -130,16 +122,4 @@ def setitem(x, index, value):
         cls, args = IndexingSetMultiAxisVec, (x, value, *arrays)
     else:
         cls, args = SetSubtensor, (x, value)
-    return apply(_op(_set_ops, cls, items), *args)[0]
-
-
-def _op(cache, cls, items):
-    # Parsed index descriptions repeat (x[0], x[:, 1:3] in loops): one op instance each.
-    key = (cls, items)
-    op = cache.get(key)
-    if op is None:
-        if len(cache) > 4096:
-            cache.clear()
-        op = cache[key] = cls(items)
-    return op
-
+    return apply(cls.get(items), *args)[0]

@@ -15,18 +15,17 @@ return a new array: storage is never written in place.  With repeated indices th
 as in numpy; ``IndexingIncrMultiAxisVec`` adds every repeat (``np.add.at``), which makes it the
 backward of advanced indexing.
 
-Backward rules are at the end of the file.  As in MegEngine (and torch's ``index_put``), the value
-of a setter with repeated indices gets the gradient of its position once per repeat, although only
-one write survived.
+This module holds the op classes, their shape/dtype rules and the parsing of ``items`` into numpy
+indices that both the rules and the kernels use.  The CPU kernels are in
+``mge/_core/device/cpu/kernels/indexing.py``, the backward rules in
+``mge/_core/autodiff/rules/indexing.py``.
 """
 import numpy as np
 
-from . import gradutil as gu
-from .base import OpDef, TensorDesc, def_infer, def_kernel, op_error
-from .shape import grad_like, grad_rule, sum_to_value, zeros
+from .base import OpDef, TensorDesc, def_infer, op_error
 
 __all__ = ["Subtensor", "SetSubtensor", "IndexingMultiAxisVec", "IndexingSetMultiAxisVec",
-           "IndexingIncrMultiAxisVec", "numpy_index"]
+           "IndexingIncrMultiAxisVec", "numpy_index", "shape_probe"]
 
 _intp = np.dtype(np.intp)
 
@@ -35,24 +34,28 @@ class Subtensor(OpDef):
     """Basic indexing ``x[items]`` (ints, slices, new axes, ellipsis)."""
 
     _fields = ("items",)
+    long_running = False
 
 
 class SetSubtensor(OpDef):
     """``(x, value) ->`` a copy of ``x`` with ``value`` (broadcast) written at ``x[items]``."""
 
     _fields = ("items",)
+    long_running = False
 
 
 class IndexingMultiAxisVec(OpDef):
     """Advanced indexing ``x[items]``; index arrays and masks are tensor inputs after ``x``."""
 
     _fields = ("items",)
+    long_running = False
 
 
 class IndexingSetMultiAxisVec(OpDef):
     """``(x, value, *arrays) ->`` a copy of ``x`` with ``value`` written at ``x[items]``."""
 
     _fields = ("items",)
+    long_running = False
 
 
 class IndexingIncrMultiAxisVec(OpDef):
@@ -60,6 +63,7 @@ class IndexingIncrMultiAxisVec(OpDef):
     indices add up (``np.add.at``)."""
 
     _fields = ("items",)
+    long_running = False
 
 
 _np_index_cache = {}
@@ -98,9 +102,9 @@ def numpy_index(items, arrays=()):
     return out
 
 
-def _dummy(shape, dtype=np.int8):
-    # A zero-stride stand-in for a value of ``shape``: numpy then checks the index and gives the
-    # result shape without touching data.
+def shape_probe(shape, dtype=np.int8):
+    """A zero-stride stand-in for a value of ``shape``: indexing it checks the index and gives the
+    result shape without touching data."""
     return np.broadcast_to(np.zeros((), dtype), shape)
 
 
@@ -119,14 +123,14 @@ def _indexed_shape(op, items, xdesc, adescs, descs):
         if item[0] == "mask":
             if d[1].kind != "b":
                 raise op_error(TypeError, op, f"a mask must be bool, got {d[1]}", descs)
-            arrays.append(_dummy(d[0], np.bool_))
+            arrays.append(shape_probe(d[0], np.bool_))
             has_mask = True
         else:
             if d[1].kind not in "iu":
                 raise op_error(TypeError, op, f"index arrays must be integer, got {d[1]}", descs)
-            arrays.append(_dummy(d[0], _intp))
+            arrays.append(shape_probe(d[0], _intp))
     try:
-        shape = _dummy(xshape)[numpy_index(items, tuple(arrays))].shape
+        shape = shape_probe(xshape)[numpy_index(items, tuple(arrays))].shape
     except IndexError as e:
         raise _describe(op, descs, f"{e}; indexed shape {xshape}") from None
     return None if has_mask else shape
@@ -153,37 +157,12 @@ def _infer_subtensor(op, descs):
     return [TensorDesc(out, dtype)]
 
 
-_op_index = {}
-
-
-@def_kernel(Subtensor)
-def _cpu_subtensor(op, x):
-    idx = _op_index.get(op)
-    if idx is None:
-        if len(_op_index) > 4096:
-            _op_index.clear()
-        idx = _op_index[op] = numpy_index(op.items)
-    return (x[idx],)
-
-
 @def_infer(IndexingMultiAxisVec)
 def _infer_multi(op, descs):
     n = sum(1 for i in op.items if i[0] in ("arr", "mask"))
     if len(descs) != n + 1:
         raise op_error(TypeError, op, f"expects {n + 1} inputs, got {len(descs)}", descs)
     return [TensorDesc(_indexed_shape(op, op.items, descs[0], descs[1:], descs), descs[0][1])]
-
-
-def _run(op, x, arrays, fn):
-    try:
-        return fn(numpy_index(op.items, arrays))
-    except IndexError as e:
-        raise IndexError(f"{op.name}: {e} (indexed shape {x.shape})") from None
-
-
-@def_kernel(IndexingMultiAxisVec)
-def _cpu_multi(op, x, *arrays):
-    return (_run(op, x, arrays, lambda idx: x[idx]),)
 
 
 def _check_value(op, target, value_shape, descs):
@@ -219,108 +198,3 @@ def _infer_setmulti(op, descs):
     target = _indexed_shape(op, op.items, descs[0], descs[2:], descs)
     _check_value(op, target, descs[1][0], descs)
     return [TensorDesc(descs[0][0], descs[0][1])]
-
-
-def _assign(op, x, value, arrays):
-    out = x.copy()
-
-    def store(idx):
-        try:
-            out[idx] = value
-        except ValueError as e:  # a value that does not fit a mask's selection
-            raise ValueError(f"{op.name}: {e} (indexed shape {x.shape})") from None
-    _run(op, x, arrays, store)
-    return (out,)
-
-
-@def_kernel(SetSubtensor)
-def _cpu_setsubtensor(op, x, value):
-    return _assign(op, x, value, ())
-
-
-@def_kernel(IndexingSetMultiAxisVec)
-def _cpu_setmulti(op, x, value, *arrays):
-    return _assign(op, x, value, arrays)
-
-
-def _strip_leading_ones(value, ndim):
-    # numpy drops leading size-1 axes of an assigned value; np.add.at does not, so drop them here.
-    while value.ndim > ndim and value.shape[0] == 1:
-        value = value[0]
-    return value
-
-
-@def_kernel(IndexingIncrMultiAxisVec)
-def _cpu_incrmulti(op, x, value, *arrays):
-    out = x.copy()
-
-    def add(idx):
-        region = _dummy(x.shape)[idx].ndim  # the indexed region's rank, without copying x
-        try:
-            np.add.at(out, idx, _strip_leading_ones(value, region).astype(x.dtype, copy=False))
-        except ValueError as e:
-            raise ValueError(f"{op.name}: {e} (indexed shape {x.shape}, value shape "
-                             f"{value.shape})") from None
-    _run(op, x, arrays, add)
-    return (out,)
-
-
-# -- backward rules -------------------------------------------------------------------------------
-# ``zeros``, ``grad_like``, ``sum_to_value`` and ``grad_rule`` are shape.py's; see there.  A
-# 0-d zero written into a region clears it (the value broadcasts).
-
-
-@grad_rule(Subtensor)
-def _grad_subtensor(op, inputs, outputs, grads, needs):
-    x = inputs[0]
-    g = grads[0]
-    return [grad_like(gu.run(gu.cached_op(SetSubtensor, op.items), zeros(x.shape, g), g), x)]
-
-
-@grad_rule(SetSubtensor)
-def _grad_setsubtensor(op, inputs, outputs, grads, needs):
-    # x keeps the gradient outside the region it lost; the value gets the region's gradient.
-    x, value = inputs
-    g = grads[0]
-    gx = gv = None
-    if needs[0]:
-        gx = grad_like(gu.run(gu.cached_op(SetSubtensor, op.items), g, zeros((), g)), x)
-    if needs[1]:
-        region = gu.run(gu.cached_op(Subtensor, op.items), g)
-        gv = grad_like(sum_to_value(region, value.shape), value)
-    return [gx, gv]
-
-
-@grad_rule(IndexingMultiAxisVec)
-def _grad_multi(op, inputs, outputs, grads, needs):
-    # Repeated indices picked one element several times: its gradient is the sum (np.add.at).
-    x, arrays = inputs[0], inputs[1:]
-    g = grads[0]
-    gx = gu.run(gu.cached_op(IndexingIncrMultiAxisVec, op.items), zeros(x.shape, g), g, *arrays)
-    return [grad_like(gx, x)] + [None] * len(arrays)
-
-
-def _grad_value(op, g, value, arrays):
-    region = gu.run(gu.cached_op(IndexingMultiAxisVec, op.items), g, *arrays)
-    return grad_like(sum_to_value(region, value.shape), value)
-
-
-@grad_rule(IndexingSetMultiAxisVec)
-def _grad_setmulti(op, inputs, outputs, grads, needs):
-    x, value, arrays = inputs[0], inputs[1], inputs[2:]
-    g = grads[0]
-    gx = gv = None
-    if needs[0]:
-        gx = grad_like(gu.run(op, g, zeros((), g), *arrays), x)
-    if needs[1]:
-        gv = _grad_value(op, g, value, arrays)
-    return [gx, gv] + [None] * len(arrays)
-
-
-@grad_rule(IndexingIncrMultiAxisVec)
-def _grad_incrmulti(op, inputs, outputs, grads, needs):
-    x, value, arrays = inputs[0], inputs[1], inputs[2:]
-    g = grads[0]
-    gx = grad_like(g, x) if needs[0] else None
-    gv = _grad_value(op, g, value, arrays) if needs[1] else None
-    return [gx, gv] + [None] * len(arrays)

@@ -1,5 +1,9 @@
 """Neural-network ops: softmax family, one-hot indexing, dropout and padding here; convolutions in
-``nn_conv``, pooling in ``nn_pool``, normalisation in ``nn_norm``.
+``nn_conv``, pooling in ``nn_pool``, normalisation in ``nn_norm`` (re-exported here).
+
+Each module holds the op classes and their shape/dtype rules.  The CPU kernels of this one are in
+``mge/_core/device/cpu/kernels/nn.py``, its backward rules in ``mge/_core/autodiff/rules/nn.py``
+(``conv.py``, ``pool.py`` and ``norm.py`` beside them hold the other modules').
 
 * ``Softmax(axis)`` / ``LogSoftmax(axis)``: ``axis`` an int or a tuple of ints; max-shifted, so
   large logits do not overflow.
@@ -23,10 +27,7 @@ which makes every rule here twice differentiable):
 """
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
-from .creation import Fill
-from .gradutil import cached_op, ew, output, run
-from .reduce import Reduce
+from .base import OpDef, TensorDesc, def_infer, op_error
 from .nn_conv import *  # noqa: F401,F403
 from .nn_conv import __all__ as _conv_all
 from .nn_norm import *  # noqa: F401,F403
@@ -45,12 +46,14 @@ class Softmax(OpDef):
     """``exp(x - max) / sum(exp(x - max))`` along ``axis`` (an int or a tuple of ints)."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class LogSoftmax(OpDef):
     """``x - logsumexp(x)`` along ``axis`` (an int or a tuple of ints)."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class IndexingOneHot(OpDef):
@@ -58,18 +61,22 @@ class IndexingOneHot(OpDef):
 
     _fields = ("axis", "keepdims")
     _defaults = {"keepdims": False}
+    long_running = False
 
 
 class OneHot(OpDef):
     """Integer labels to int32 one-hot vectors of length ``num_classes`` (a new last axis)."""
 
     _fields = ("num_classes",)
+    long_running = False
 
 
 class Dropout(OpDef):
     """Zero each element with probability ``drop_prob``, scale the rest by ``1/(1-drop_prob)``."""
 
     _fields = ("drop_prob", "seed")
+    long_running = False
+    never_recompute = True  # it draws random numbers
 
 
 class Pad(OpDef):
@@ -77,6 +84,7 @@ class Pad(OpDef):
 
     _fields = ("pad_width", "mode", "constant_value")
     _defaults = {"mode": "constant", "constant_value": 0.0}
+    long_running = False
 
     def __init__(self, pad_width, mode="constant", constant_value=0.0):
         super().__init__(_pad_pairs(pad_width), _pad_mode("Pad", mode), constant_value)
@@ -90,6 +98,7 @@ class IndexingSetOneHot(OpDef):
     """
 
     _fields = ("axis",)
+    long_running = False
 
 
 class DropoutBackward(OpDef):
@@ -97,6 +106,7 @@ class DropoutBackward(OpDef):
     that the forward op output."""
 
     _fields = ("drop_prob",)
+    long_running = False
 
 
 class PadBackward(OpDef):
@@ -104,6 +114,7 @@ class PadBackward(OpDef):
 
     _fields = ("pad_width", "mode")
     _defaults = {"mode": "constant"}
+    long_running = False
 
     def __init__(self, pad_width, mode="constant"):
         super().__init__(_pad_pairs(pad_width), _pad_mode("PadBackward", mode))
@@ -121,17 +132,11 @@ def _pad_mode(name, mode):
     return m
 
 
-def _zeros_like(t):
-    return run(cached_op(Fill, tuple(t.shape), 0, t.dtype, t.device))
-
-
-def _sum_keepdims(t, axis):
-    return run(cached_op(Reduce, "sum", axis, True), t)
-
-
 # -- softmax -------------------------------------------------------------------------------------
 
-def _norm_axes(op, axis, ndim, descs):
+def softmax_axes(op, ndim, descs=None):
+    """The axes (non-negative ints) of a ``Softmax``/``LogSoftmax`` on a ``ndim``-D input."""
+    axis = op.axis
     axes = axis if isinstance(axis, tuple) else (axis,)
     out = []
     for a in axes:
@@ -148,55 +153,12 @@ def _infer_softmax(op, descs):
     if dtype.kind != "f":
         raise op_error(TypeError, op, "input must be floating point", descs)
     if xs is not None:
-        _norm_axes(op, op.axis, len(xs), descs)
+        softmax_axes(op, len(xs), descs)
     return [TensorDesc(xs, dtype)]
 
 
 def_infer(Softmax)(_infer_softmax)
 def_infer(LogSoftmax)(_infer_softmax)
-
-
-def _shifted(op, x):
-    axes = _norm_axes(op, op.axis, x.ndim, None) if x.ndim else None
-    acc = np.float32 if x.dtype == np.float16 else x.dtype
-    xa = x.astype(acc, copy=False)
-    if x.size == 0:
-        return xa, axes
-    return xa - xa.max(axis=axes, keepdims=True), axes
-
-
-@def_kernel(Softmax)
-def _cpu_softmax(op, x):
-    z, axes = _shifted(op, x)
-    e = np.exp(z)
-    return ((e / e.sum(axis=axes, keepdims=True)).astype(x.dtype, copy=False),)
-
-
-@def_kernel(LogSoftmax)
-def _cpu_logsoftmax(op, x):
-    z, axes = _shifted(op, x)
-    return ((z - np.log(np.exp(z).sum(axis=axes, keepdims=True))).astype(x.dtype, copy=False),)
-
-
-@def_backward(Softmax, keeps_outputs=True)
-def _softmax_grad(op, inputs, outputs, grads, needs):
-    # dx = y * (dy - sum(dy * y)) along the softmax axes
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    y = output(op, inputs, outputs)
-    gy = g * y
-    return [gy - y * _sum_keepdims(gy, op.axis)]
-
-
-@def_backward(LogSoftmax, keeps_outputs=True)
-def _logsoftmax_grad(op, inputs, outputs, grads, needs):
-    # dx = dy - softmax(x) * sum(dy), with softmax(x) = exp(y)
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    y = output(op, inputs, outputs)
-    return [g - ew("exp", y) * _sum_keepdims(g, op.axis)]
 
 
 # -- one-hot ---------------------------------------------------------------------------------------
@@ -219,16 +181,6 @@ def _one_hot_axis(op, xs, ixs, idt, descs):
     return axis, want
 
 
-def _one_hot_index_axis(op, x, index):
-    """The axis the kernels of the one-hot ops index along, once ``index``'s values are in range."""
-    axis = op.axis % x.ndim
-    n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
-                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
-    return axis
-
-
 @def_infer(IndexingOneHot)
 def _infer_indexing_one_hot(op, descs):
     if len(descs) != 2:
@@ -239,16 +191,6 @@ def _infer_indexing_one_hot(op, descs):
         return [TensorDesc(None, dtype)]
     out = tuple(xs[:axis]) + ((1,) if op.keepdims else ()) + tuple(xs[axis + 1:])
     return [TensorDesc(out, dtype)]
-
-
-@def_kernel(IndexingOneHot)
-def _cpu_indexing_one_hot(op, x, index):
-    axis = _one_hot_index_axis(op, x, index)
-    if x.ndim == 2 and axis == 1:  # (batch, classes), the loss's case: one fancy index
-        y = x[np.arange(x.shape[0]), index]
-        return (y[:, None] if op.keepdims else y,)
-    y = np.take_along_axis(x, np.expand_dims(index.astype(np.intp), axis), axis)
-    return (y if op.keepdims else np.squeeze(y, axis),)
 
 
 @def_infer(IndexingSetOneHot)
@@ -266,43 +208,6 @@ def _infer_indexing_set_one_hot(op, descs):
     return [TensorDesc(xs, dtype)]
 
 
-@def_kernel(IndexingSetOneHot)
-def _cpu_indexing_set_one_hot(op, x, index, value):
-    axis = _one_hot_index_axis(op, x, index)
-    out = x.copy()
-    if x.ndim == 2 and axis == 1:
-        out[np.arange(x.shape[0]), index] = value.reshape(index.shape)
-        return (out,)
-    idx = np.expand_dims(index.astype(np.intp), axis)
-    np.put_along_axis(out, idx, value.reshape(idx.shape).astype(x.dtype, copy=False), axis)
-    return (out,)
-
-
-@def_backward(IndexingOneHot)
-def _indexing_one_hot_grad(op, inputs, outputs, grads, needs):
-    # The picked elements get the gradient, every other element of src none; index gets none.
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None, None]
-    src, index = inputs
-    return [run(cached_op(IndexingSetOneHot, op.axis), _zeros_like(src), index, g), None]
-
-
-@def_backward(IndexingSetOneHot)
-def _indexing_set_one_hot_grad(op, inputs, outputs, grads, needs):
-    # Overwritten elements of src get no gradient; value gets the gradient at the written places.
-    g = grads[0]
-    src, index, value = inputs
-    if g is None:
-        return [None, None, None]
-    dsrc = dvalue = None
-    if needs[0]:
-        dsrc = run(op, g, index, _zeros_like(value))
-    if needs[2]:
-        dvalue = run(cached_op(IndexingOneHot, op.axis, value.ndim == src.ndim), g, index)
-    return [dsrc, None, dvalue]
-
-
 @def_infer(OneHot)
 def _infer_one_hot(op, descs):
     if len(descs) != 1:
@@ -314,14 +219,6 @@ def _infer_one_hot(op, descs):
         raise op_error(ValueError, op, f"num_classes must be a positive int, got {op.num_classes!r}",
                        descs)
     return [TensorDesc(None if xs is None else tuple(xs) + (op.num_classes,), np.dtype(np.int32))]
-
-
-@def_kernel(OneHot)
-def _cpu_one_hot(op, x):
-    n = op.num_classes
-    if x.size and (x.min() < 0 or x.max() >= n):
-        raise IndexError(f"{op.name}: labels must be in [0, {n}), got range [{x.min()}, {x.max()}]")
-    return ((x[..., None] == np.arange(n)).astype(np.int32),)
 
 
 # -- dropout -------------------------------------------------------------------------------------
@@ -338,13 +235,6 @@ def _infer_dropout(op, descs):
     return [TensorDesc(xs, dtype), TensorDesc(xs, np.dtype(bool))]
 
 
-@def_kernel(Dropout)
-def _cpu_dropout(op, x):
-    mask = np.random.default_rng(op.seed).random(x.shape, dtype=np.float32) >= op.drop_prob
-    scale = np.asarray(1 / (1 - op.drop_prob), x.dtype)
-    return ((x * mask * scale).astype(x.dtype, copy=False), mask)
-
-
 @def_infer(DropoutBackward)
 def _infer_dropout_backward(op, descs):
     if len(descs) != 2:
@@ -355,32 +245,6 @@ def _infer_dropout_backward(op, descs):
     if gs is not None and ms is not None and tuple(gs) != tuple(ms):
         raise op_error(ValueError, op, "dy and mask must have the same shape", descs)
     return [TensorDesc(gs, dtype)]
-
-
-@def_kernel(DropoutBackward)
-def _cpu_dropout_backward(op, dy, mask):
-    scale = np.asarray(1 / (1 - op.drop_prob), dy.dtype)
-    out = np.multiply(dy, mask, dtype=dy.dtype)
-    out *= scale
-    return (out,)
-
-
-@def_backward(Dropout)
-def _dropout_grad(op, inputs, outputs, grads, needs):
-    # The forward op's mask output, not a second draw: the same elements are dropped.
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    return [run(cached_op(DropoutBackward, op.drop_prob), g, outputs[1])]
-
-
-@def_backward(DropoutBackward)
-def _dropout_backward_grad(op, inputs, outputs, grads, needs):
-    # Linear in dy and symmetric: its transpose is itself.
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None, None]
-    return [run(op, g, inputs[1]), None]
 
 
 # -- padding -------------------------------------------------------------------------------------
@@ -416,14 +280,6 @@ def _infer_pad(op, descs):
     return [TensorDesc(out, dtype)]
 
 
-@def_kernel(Pad)
-def _cpu_pad(op, x):
-    width = tuple(op.pad_width) + ((0, 0),) * (x.ndim - len(op.pad_width))
-    if op.mode == "constant":
-        return (np.pad(x, width, constant_values=np.asarray(op.constant_value).astype(x.dtype)),)
-    return (np.pad(x, width, mode="reflect" if op.mode == "reflect" else "edge"),)
-
-
 @def_infer(PadBackward)
 def _infer_pad_backward(op, descs):
     gs, dtype = _pad_input(op, descs, "gradient")
@@ -438,46 +294,3 @@ def _infer_pad_backward(op, descs):
                            f"padding {(a, b)} of an input", descs)
         out[i] = n
     return [TensorDesc(tuple(out), dtype)]
-
-
-@def_kernel(PadBackward)
-def _cpu_pad_backward(op, g):
-    if op.mode == "constant":
-        return (g[tuple(slice(a, g.shape[i] - b) for i, (a, b) in enumerate(op.pad_width))],)
-    # np.pad pads one axis after another, so the gradient folds one axis at a time.
-    out = g
-    for axis, (a, b) in enumerate(op.pad_width):
-        if not (a or b):
-            continue
-        t = np.moveaxis(out, axis, 0)
-        n = t.shape[0] - a - b
-        core = t[a:a + n].copy()
-        if op.mode == "replicate":      # the border repeats the edge element
-            if a:
-                core[0] += t[:a].sum(axis=0)
-            if b:
-                core[-1] += t[a + n:].sum(axis=0)
-        else:                           # reflect: border j mirrors element a - j (n - 2 - j after)
-            if a:
-                core[1:a + 1] += t[:a][::-1]
-            if b:
-                core[n - 1 - b:n - 1] += t[a + n:][::-1]
-        out = np.moveaxis(core, 0, axis)
-    return (out,)
-
-
-@def_backward(Pad)
-def _pad_grad(op, inputs, outputs, grads, needs):
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    return [run(cached_op(PadBackward, op.pad_width, op.mode), g)]
-
-
-@def_backward(PadBackward)
-def _pad_backward_grad(op, inputs, outputs, grads, needs):
-    # PadBackward is the transpose of padding with zeros, so its transpose is that padding.
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    return [run(cached_op(Pad, op.pad_width, op.mode, 0.0), g)]

@@ -3,8 +3,7 @@
 Inputs are ``(N, C, *spatial)``; ``kernel``/``stride``/``padding`` have one entry per spatial dim.
 Modes are MegEngine's: ``"max"``, ``"average"`` (padding counts in the divisor) and
 ``"average_count_exclude_padding"``.  Output size is ``(size + 2*padding - kernel) // stride + 1``
-(floor, as MegEngine).  The kernels take one strided slice of the padded input per kernel position
-(a loop of ``prod(kernel)`` steps), never a loop over output pixels.
+(floor, as MegEngine).
 
 ``AdaptivePooling`` is ``Pooling`` with ``stride = in // out`` and ``kernel = in - (out-1)*stride``
 (MegEngine's rule); ``AdaptivePooling.as_pooling(in_shape)`` gives that op, so a backward rule of
@@ -20,13 +19,12 @@ Backward ops (same parameters as ``Pooling``):
   arg-max: the transpose of max ``PoolingBackward`` (its gradient with respect to ``dy``), so max
   pooling is twice differentiable.  The transpose of an average ``PoolingBackward`` is the average
   ``Pooling`` itself.
+
+This module holds the op classes and their shape/dtype rules.  The CPU kernels are in
+``mge/_core/device/cpu/kernels/pool.py``, the backward rules in
+``mge/_core/autodiff/rules/pool.py``.
 """
-import itertools
-
-import numpy as np
-
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
-from .gradutil import cached_op, output, run
+from .base import OpDef, TensorDesc, def_infer, op_error
 
 __all__ = ["Pooling", "AdaptivePooling", "PoolingBackward", "MaxPoolingGather", "POOLING_MODES"]
 
@@ -45,6 +43,7 @@ class Pooling(OpDef):
 
     _fields = ("mode", "kernel", "stride", "padding")
     _defaults = {"stride": None, "padding": None}
+    long_running = False
 
     def __init__(self, mode, kernel, stride=None, padding=None):
         kernel = tuple(kernel)
@@ -62,12 +61,14 @@ class PoolingBackward(OpDef):
     _fields = Pooling._fields
     _defaults = Pooling._defaults
     __init__ = Pooling.__init__
+    long_running = False
 
 
 class MaxPoolingGather(OpDef):
     """``(x, y, z)`` -> ``z`` at the arg-max of each max-pooling window of ``x`` (``y`` its maxima)."""
 
     _fields = ("kernel", "stride", "padding")
+    long_running = False
 
     def __init__(self, kernel, stride, padding):
         super().__init__(tuple(kernel), tuple(stride), tuple(padding))
@@ -77,6 +78,7 @@ class AdaptivePooling(OpDef):
     """Pooling to a given spatial output ``shape``."""
 
     _fields = ("mode", "shape")
+    long_running = False
 
     def __init__(self, mode, shape):
         super().__init__(_mode("AdaptivePooling", mode), tuple(shape))
@@ -138,57 +140,7 @@ def _infer_adaptive(op, descs):
     return _infer_pooling(op.as_pooling(xs), descs)
 
 
-def _slices(op, out):
-    for pos in itertools.product(*(range(k) for k in op.kernel)):
-        yield (slice(None), slice(None)) + tuple(
-            slice(p, p + (o - 1) * s + 1, s) for p, o, s in zip(pos, out, op.stride))
-
-
-def pool_forward(op, x):
-    """The CPU computation of ``Pooling`` (also used by ``AdaptivePooling``)."""
-    nd = len(op.kernel)
-    out = tuple((x.shape[2 + i] + 2 * op.padding[i] - op.kernel[i]) // op.stride[i] + 1
-                for i in range(nd))
-    pad = ((0, 0), (0, 0)) + tuple((p, p) for p in op.padding)
-    if op.mode == "max":
-        if x.dtype.kind == "f":
-            low = -np.inf
-        elif x.dtype.kind == "b":
-            low = False
-        else:
-            low = np.iinfo(x.dtype).min
-        xp = np.pad(x, pad, constant_values=low) if any(op.padding) else x
-        y = None
-        for sl in _slices(op, out):
-            y = xp[sl].copy() if y is None else np.maximum(y, xp[sl], out=y)
-        return y
-    acc_t = np.float32 if x.dtype == np.float16 else x.dtype
-    xp = np.pad(x, pad) if any(op.padding) else x
-    y = np.zeros(x.shape[:2] + out, acc_t)
-    for sl in _slices(op, out):
-        y += xp[sl]
-    if op.mode == "average" or not any(op.padding):
-        y /= np.prod(op.kernel)
-    else:
-        ones = np.pad(np.ones((1, 1) + x.shape[2:], np.int32), pad)
-        cnt = np.zeros((1, 1) + out, np.int32)
-        for sl in _slices(op, out):
-            cnt += ones[sl]
-        y /= cnt
-    return y.astype(x.dtype, copy=False)
-
-
-@def_kernel(Pooling)
-def _cpu_pooling(op, x):
-    return (pool_forward(op, x),)
-
-
-@def_kernel(AdaptivePooling)
-def _cpu_adaptive(op, x):
-    return (pool_forward(op.as_pooling(x.shape), x),)
-
-
-# -- backward --------------------------------------------------------------------------------------
+# -- backward ops ----------------------------------------------------------------------------------
 
 def _check_backward_inputs(op, descs, names):
     if len(descs) != 3:
@@ -217,124 +169,3 @@ def _infer_max_gather(op, descs):
     if xs is not None and zs is not None and tuple(zs) != tuple(xs):
         raise op_error(ValueError, op, "z must have the shape of x", descs)
     return [TensorDesc(out, dtype)]
-
-
-def _geometry(op, x):
-    nd = len(op.kernel)
-    out = tuple((x.shape[2 + i] + 2 * op.padding[i] - op.kernel[i]) // op.stride[i] + 1
-                for i in range(nd))
-    pad = ((0, 0), (0, 0)) + tuple((p, p) for p in op.padding)
-    return out, pad
-
-
-def _argmax_masks(op, x, y):
-    """``(slice, mask)`` per kernel position: ``mask`` marks the windows whose first maximum is at
-    that position of the window (so each window is marked exactly once).  The mask is one buffer,
-    rewritten at each step: use it before taking the next."""
-    out, pad = _geometry(op, x)
-    # NaN padding equals nothing, so padding never takes a window's gradient (every window holds
-    # a real element, since padding < kernel), even when the maximum is -inf.
-    xp = np.pad(x, pad, constant_values=np.nan) if any(op.padding) else x
-    taken = np.zeros(y.shape, bool)
-    hit = np.empty(y.shape, bool)
-    free = np.empty(y.shape, bool)
-    for sl in _slices(op, out):
-        np.equal(xp[sl], y, out=hit)
-        hit &= np.logical_not(taken, out=free)
-        taken |= hit
-        yield sl, hit
-
-
-def _crop(op, xp):
-    if not any(op.padding):
-        return xp
-    return xp[(slice(None), slice(None)) + tuple(slice(p, xp.shape[2 + i] - p)
-                                                 for i, p in enumerate(op.padding))]
-
-
-@def_kernel(PoolingBackward)
-def _cpu_pooling_backward(op, x, y, dy):
-    out, pad = _geometry(op, x)
-    acc = np.float32 if dy.dtype == np.float16 else dy.dtype
-    padded = tuple(s + a + b for s, (a, b) in zip(x.shape, pad))
-    dxp = np.zeros(padded, acc)
-    if op.mode == "max":
-        # A multiply by the mask, not a masked add: masked ufunc loops branch on every element.
-        part = np.empty(y.shape, acc)
-        for sl, hit in _argmax_masks(op, x, y):
-            dxp[sl] += np.multiply(dy, hit, out=part)
-    else:
-        if op.mode == "average" or not any(op.padding):
-            share = dy.astype(acc) / np.prod(op.kernel)
-        else:
-            ones = np.pad(np.ones((1, 1) + x.shape[2:], np.int32), pad)
-            cnt = np.zeros((1, 1) + out, np.int32)
-            for sl in _slices(op, out):
-                cnt += ones[sl]
-            share = dy.astype(acc) / cnt
-        for sl in _slices(op, out):
-            dxp[sl] += share
-    return (np.ascontiguousarray(_crop(op, dxp), dtype=dy.dtype),)
-
-
-@def_kernel(MaxPoolingGather)
-def _cpu_max_gather(op, x, y, z):
-    _, pad = _geometry(op, x)
-    zp = np.pad(z, pad) if any(op.padding) else z
-    acc = np.float32 if z.dtype == np.float16 else z.dtype
-    res = np.zeros(y.shape, acc)
-    part = np.empty(y.shape, acc)
-    for sl, hit in _argmax_masks(op, x, y):
-        res += np.multiply(zp[sl], hit, out=part)
-    return (res.astype(z.dtype, copy=False),)
-
-
-def _pool_output(op, inputs, outputs, g):
-    # Only max pooling reads y; the average modes take any tensor of y's shape in its place, so a
-    # forward output the grad transformation no longer holds is not recomputed for them.
-    if outputs[0] is None and op.mode != "max":
-        return g
-    return output(op, inputs, outputs)
-
-
-@def_backward(Pooling, keeps_outputs=lambda op: op.mode == "max")
-def _pooling_grad(op, inputs, outputs, grads, needs):
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    bwd = cached_op(PoolingBackward, op.mode, op.kernel, op.stride, op.padding)
-    return [run(bwd, inputs[0], _pool_output(op, inputs, outputs, g), g)]
-
-
-@def_backward(AdaptivePooling, keeps_outputs=lambda op: op.mode == "max")
-def _adaptive_pooling_grad(op, inputs, outputs, grads, needs):
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    p = op.as_pooling(inputs[0].shape)
-    bwd = cached_op(PoolingBackward, p.mode, p.kernel, p.stride, p.padding)
-    return [run(bwd, inputs[0], _pool_output(op, inputs, outputs, g), g)]
-
-
-@def_backward(PoolingBackward)
-def _pooling_backward_grad(op, inputs, outputs, grads, needs):
-    # Linear in dy; x and y only choose the arg-max (piecewise constant), so they get none.
-    g = grads[0]
-    if g is None or not needs[2]:
-        return [None, None, None]
-    x, y = inputs[:2]
-    if op.mode == "max":
-        dg = run(cached_op(MaxPoolingGather, op.kernel, op.stride, op.padding), x, y, g)
-    else:
-        dg = run(cached_op(Pooling, op.mode, op.kernel, op.stride, op.padding), g)
-    return [None, None, dg]
-
-
-@def_backward(MaxPoolingGather)
-def _max_gather_grad(op, inputs, outputs, grads, needs):
-    g = grads[0]
-    if g is None or not needs[2]:
-        return [None, None, None]
-    x, y = inputs[:2]
-    bwd = cached_op(PoolingBackward, "max", op.kernel, op.stride, op.padding)
-    return [None, None, run(bwd, x, y, g)]

@@ -1,12 +1,13 @@
 """Shape ops: reshape, broadcast, transpose, axes, concat/stack/split, tile/repeat/roll, where,
-cond_take, gather/scatter, diag; their backward rules are at the end of the file.
+cond_take, gather/scatter, diag -- the op classes and their shape/dtype rules.
 
-Kernels may return numpy views of their inputs: the storage of a tensor is never written in place.
-Creation ops (``Fill``, ``Arange``, ``Linspace``, ``Eye``) live in ``creation.py``.
+Their CPU kernels are in ``mge/_core/device/cpu/kernels/shape.py``, their backward rules in
+``mge/_core/autodiff/rules/shape.py``.  Creation ops (``Fill``, ``Arange``, ``Linspace``, ``Eye``)
+live in ``creation.py``; this module re-exports them.
 """
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_infer, op_error
 from .creation import *  # noqa: F401,F403
 from .creation import __all__ as _creation_all
 
@@ -18,7 +19,6 @@ __all__ = [
 
 _float32 = np.dtype("float32")
 _int32 = np.dtype("int32")
-_bool = np.dtype("bool")
 
 
 def common_dtype(dtypes):
@@ -47,86 +47,103 @@ class Reshape(OpDef):
     """Same data, new ``shape`` (a tuple of ints; one entry may be -1)."""
 
     _fields = ("shape",)
+    long_running = False
 
 
 class Broadcast(OpDef):
     """Numpy broadcasting of the input to ``shape``."""
 
     _fields = ("shape",)
+    long_running = False
 
 
 class Dimshuffle(OpDef):
     """Permute axes: ``pattern`` is a permutation of the input axes; ``"x"`` entries add an axis."""
 
     _fields = ("pattern",)
+    long_running = False
 
 
 class AddAxis(OpDef):
     """Insert size-1 axes at ``axis`` (a tuple of positions in the output)."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class RemoveAxis(OpDef):
     """Remove the size-1 axes ``axis`` (a tuple of input axes)."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class Concat(OpDef):
     """Join n inputs along ``axis``."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class Stack(OpDef):
     """Join n inputs along a new axis ``axis``."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class Split(OpDef):
     """Cut the input along ``axis`` into parts of the sizes ``sections`` (one output per part)."""
 
     _fields = ("axis", "sections")
+    long_running = False
 
 
 class Tile(OpDef):
     """Repeat the whole input ``reps`` times along each axis (``np.tile``)."""
 
     _fields = ("reps",)
+    long_running = False
 
 
 class Repeat(OpDef):
     """Repeat each element ``repeats`` times along ``axis`` (``np.repeat``)."""
 
     _fields = ("repeats", "axis")
+    long_running = False
 
 
 class Roll(OpDef):
     """Roll by ``shift`` (tuple) along ``axis`` (tuple of the same length)."""
 
     _fields = ("shift", "axis")
+    long_running = False
 
 
 class Where(OpDef):
     """``(mask, x, y) -> x where mask else y``, with broadcasting."""
 
+    long_running = False
+
 
 class CondTake(OpDef):
     """``(mask, x) -> (x[mask], flat indices of mask)``; the output length depends on values."""
+
+    long_running = False
 
 
 class Gather(OpDef):
     """``(inp, index) -> out`` with ``out[..i..] = inp[..index[..i..]..]`` along ``axis``."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class Scatter(OpDef):
     """``(inp, index, source) ->`` a copy of ``inp`` with ``source`` written at ``index``."""
 
     _fields = ("axis",)
+    long_running = False
 
 
 class ScatterAdd(OpDef):
@@ -138,6 +155,7 @@ class ScatterAdd(OpDef):
     """
 
     _fields = ("axis",)
+    long_running = False
 
 
 class Diag(OpDef):
@@ -145,6 +163,7 @@ class Diag(OpDef):
 
     _fields = ("k",)
     _defaults = {"k": 0}
+    long_running = False
 
 
 # -- reshape and broadcast ------------------------------------------------------------------------
@@ -181,11 +200,6 @@ def _infer_reshape(op, descs):
     return [TensorDesc(reshape_target(op, shape, op.shape, descs), dtype)]
 
 
-@def_kernel(Reshape)
-def _cpu_reshape(op, x):
-    return (x.reshape(op.shape),)
-
-
 @def_infer(Broadcast)
 def _infer_broadcast(op, descs):
     _nargs(op, descs, 1)
@@ -197,11 +211,6 @@ def _infer_broadcast(op, descs):
         if not ok or any(t < 0 for t in target):
             raise op_error(ValueError, op, f"cannot broadcast shape {shape} to {target}", descs)
     return [TensorDesc(target, dtype)]
-
-
-@def_kernel(Broadcast)
-def _cpu_broadcast(op, x):
-    return (np.broadcast_to(x, op.shape),)
 
 
 # -- axes -----------------------------------------------------------------------------------------
@@ -217,15 +226,6 @@ def _infer_dimshuffle(op, descs):
     if shape is None:
         return [TensorDesc(None, dtype)]
     return [TensorDesc(tuple(1 if p == "x" else shape[p] for p in op.pattern), dtype)]
-
-
-@def_kernel(Dimshuffle)
-def _cpu_dimshuffle(op, x):
-    pattern = op.pattern
-    if "x" not in pattern:
-        return (x.transpose(pattern),)
-    y = x.transpose([p for p in pattern if p != "x"])
-    return (y.reshape(tuple(1 if p == "x" else x.shape[p] for p in pattern)),)
 
 
 @def_infer(AddAxis)
@@ -244,11 +244,6 @@ def _infer_addaxis(op, descs):
     return [TensorDesc(tuple(out), dtype)]
 
 
-@def_kernel(AddAxis)
-def _cpu_addaxis(op, x):
-    return (np.expand_dims(x, op.axis),)
-
-
 @def_infer(RemoveAxis)
 def _infer_removeaxis(op, descs):
     _nargs(op, descs, 1)
@@ -261,11 +256,6 @@ def _infer_removeaxis(op, descs):
             raise op_error(ValueError, op, f"cannot remove axis {a} of size {shape[a]}: only "
                            "size-1 axes can be squeezed", descs)
     return [TensorDesc(tuple(s for i, s in enumerate(shape) if i not in axes), dtype)]
-
-
-@def_kernel(RemoveAxis)
-def _cpu_removeaxis(op, x):
-    return (np.squeeze(x, op.axis),)
 
 
 # -- joining and splitting ------------------------------------------------------------------------
@@ -289,11 +279,6 @@ def _infer_concat(op, descs):
     return [TensorDesc(tuple(out), dtype)]
 
 
-@def_kernel(Concat)
-def _cpu_concat(op, *xs):
-    return (np.concatenate(xs, axis=op.axis),)
-
-
 @def_infer(Stack)
 def _infer_stack(op, descs):
     if not descs:
@@ -308,11 +293,6 @@ def _infer_stack(op, descs):
     out = list(shapes[0])
     out.insert(axis, len(shapes))
     return [TensorDesc(tuple(out), dtype)]
-
-
-@def_kernel(Stack)
-def _cpu_stack(op, *xs):
-    return (np.stack(xs, axis=op.axis),)
 
 
 @def_infer(Split)
@@ -333,12 +313,6 @@ def _infer_split(op, descs):
     return out
 
 
-@def_kernel(Split)
-def _cpu_split(op, x):
-    points = np.cumsum(op.sections[:-1])
-    return tuple(np.split(x, points, axis=op.axis))
-
-
 # -- repetition -----------------------------------------------------------------------------------
 @def_infer(Tile)
 def _infer_tile(op, descs):
@@ -355,11 +329,6 @@ def _infer_tile(op, descs):
     return [TensorDesc(tuple(s * r for s, r in zip(shape, reps)), dtype)]
 
 
-@def_kernel(Tile)
-def _cpu_tile(op, x):
-    return (np.tile(x, op.reps),)
-
-
 @def_infer(Repeat)
 def _infer_repeat(op, descs):
     _nargs(op, descs, 1)
@@ -374,11 +343,6 @@ def _infer_repeat(op, descs):
     return [TensorDesc(tuple(out), dtype)]
 
 
-@def_kernel(Repeat)
-def _cpu_repeat(op, x):
-    return (np.repeat(x, op.repeats, axis=op.axis),)
-
-
 @def_infer(Roll)
 def _infer_roll(op, descs):
     _nargs(op, descs, 1)
@@ -389,11 +353,6 @@ def _infer_roll(op, descs):
         for a in op.axis:
             _axis(op, a, len(shape), descs)
     return [TensorDesc(shape, dtype)]
-
-
-@def_kernel(Roll)
-def _cpu_roll(op, x):
-    return (np.roll(x, op.shift, axis=op.axis),)
 
 
 # -- selection ------------------------------------------------------------------------------------
@@ -415,14 +374,6 @@ def _infer_where(op, descs):
     return [TensorDesc(_bcast(op, [d[0] for d in descs], descs), dtype)]
 
 
-@def_kernel(Where)
-def _cpu_where(op, mask, x, y):
-    # dtype promotion may have cast the mask to the dtype of x and y: nonzero is true.
-    if mask.dtype != _bool:
-        mask = mask != 0
-    return (np.where(mask, x, y),)
-
-
 @def_infer(CondTake)
 def _infer_condtake(op, descs):
     _nargs(op, descs, 2)
@@ -432,12 +383,6 @@ def _infer_condtake(op, descs):
     if mdtype.kind != "b":
         raise op_error(TypeError, op, "mask must be a bool tensor", descs)
     return [TensorDesc(None, dtype), TensorDesc(None, _int32)]
-
-
-@def_kernel(CondTake)
-def _cpu_condtake(op, mask, x):
-    idx = np.flatnonzero(mask)
-    return (x.reshape(-1)[idx], idx.astype(_int32))
 
 
 def _check_gather(op, descs, names):
@@ -464,24 +409,6 @@ def _infer_gather(op, descs):
     return [TensorDesc(descs[1][0], descs[0][1])]
 
 
-def _crop(x, shape, axis):
-    # The part of x that lines up with an index of ``shape`` (all of x along ``axis``).
-    if all(a == b for d, (a, b) in enumerate(zip(x.shape, shape)) if d != axis):
-        return x
-    return x[tuple(slice(None) if d == axis else slice(0, s) for d, s in enumerate(shape))]
-
-
-@def_kernel(Gather)
-def _cpu_gather(op, x, index):
-    axis = op.axis % x.ndim
-    src = _crop(x, index.shape, axis)
-    n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"Gather: index out of range for axis {axis} of size {n} "
-                         f"(input shape {x.shape})")
-    return (np.take_along_axis(src, index, axis=axis),)
-
-
 @def_infer(Scatter)
 @def_infer(ScatterAdd)
 def _infer_scatter(op, descs):
@@ -490,36 +417,6 @@ def _infer_scatter(op, descs):
     if descs[1][0] is not None and descs[2][0] is not None and descs[1][0] != descs[2][0]:
         raise op_error(ValueError, op, "index and source must have the same shape", descs)
     return [TensorDesc(descs[0][0], descs[0][1])]
-
-
-@def_kernel(Scatter)
-def _cpu_scatter(op, x, index, source):
-    axis = op.axis % x.ndim
-    out = x.copy()
-    n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"Scatter: index out of range for axis {axis} of size {n} "
-                         f"(input shape {x.shape})")
-    np.put_along_axis(_crop(out, index.shape, axis), index, source.astype(x.dtype, copy=False),
-                      axis=axis)
-    return (out,)
-
-
-@def_kernel(ScatterAdd)
-def _cpu_scatter_add(op, x, index, source):
-    axis = op.axis % x.ndim
-    out = x.copy()
-    n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
-        raise IndexError(f"ScatterAdd: index out of range for axis {axis} of size {n} "
-                         f"(input shape {x.shape})")
-    # The full coordinates of every source element: index along ``axis``, its own position on the
-    # other axes (np.add.at needs them spelled out to accumulate repeated targets).
-    coords = tuple(index if d == axis else
-                   np.arange(s).reshape([-1 if e == d else 1 for e in range(index.ndim)])
-                   for d, s in enumerate(index.shape))
-    np.add.at(_crop(out, index.shape, axis), coords, source.astype(x.dtype, copy=False))
-    return (out,)
 
 
 @def_infer(Diag)
@@ -537,235 +434,3 @@ def _infer_diag(op, descs):
         return [TensorDesc((n,), dtype)]
     raise op_error(ValueError, op, "input must be 1-d or 2-d", descs)
 
-
-@def_kernel(Diag)
-def _cpu_diag(op, x):
-    return (np.diag(x, op.k).copy(),)
-
-
-# -- backward rules -------------------------------------------------------------------------------
-# Rules compute with ``apply`` (through ``gradutil``) so that a grad key recording above the running
-# one sees them: higher-order gradients.  Shapes come from the forward tensors, which know them.
-# ``gradutil`` is imported here, at the end: it imports this module's ``Reshape``/``Broadcast``
-# while the package loads, and its functions are looked up only when a rule runs.
-from . import gradutil as gu  # noqa: E402
-
-
-def grad_rule(cls):
-    """``def_backward`` for rules that may assume some input gradient is wanted and some output
-    gradient is not zero: the wrapper answers all-``None`` otherwise."""
-    def deco(fn):
-        def rule(op, inputs, outputs, grads, needs):
-            if not any(needs) or all(g is None for g in grads):
-                return [None] * len(inputs)
-            return fn(op, inputs, outputs, grads, needs)
-        rule.__name__ = rule.__qualname__ = fn.__name__
-        rule.__doc__ = fn.__doc__
-        return def_backward(cls)(rule)
-    return deco
-
-
-def grad_like(g, x):
-    """``g`` as the gradient of ``x``: ``None`` for an input that is not float (indices, masks),
-    else in ``x``'s dtype."""
-    if x.dtype.kind not in "fc":
-        return None
-    return gu.cast(g, x.dtype)
-
-
-def zeros(shape, like):
-    """A zero tensor of ``shape`` with ``like``'s dtype and device."""
-    return gu.run(gu.cached_op(Fill, tuple(shape), 0, like.dtype, like.device))
-
-
-def reshape(g, shape):
-    """``g`` reshaped to ``shape`` (no op when it has it)."""
-    shape = tuple(shape)
-    return g if g.shape == shape else gu.run(gu.cached_op(Reshape, shape), g)
-
-
-def reduce_sum(g, axes, keepdims):
-    from .reduce import Reduce  # reduce.py imports this module
-    return gu.run(gu.cached_op(Reduce, "sum", axes, keepdims), g)
-
-
-def sum_to_value(g, shape):
-    """``g`` (a gradient of an indexed region) summed to the ``shape`` of the value assigned there.
-
-    Like ``gu.sum_to``, and the value may also have extra leading size-1 axes, which numpy drops
-    when it assigns.
-    """
-    shape = tuple(shape)
-    core = shape
-    while len(core) > g.ndim and core[0] == 1:
-        core = core[1:]
-    return reshape(gu.sum_to(g, core), shape)
-
-
-@grad_rule(Reshape)
-def _grad_reshape(op, inputs, outputs, grads, needs):
-    return [grad_like(reshape(grads[0], inputs[0].shape), inputs[0])]
-
-
-@grad_rule(Broadcast)
-def _grad_broadcast(op, inputs, outputs, grads, needs):
-    return [grad_like(gu.sum_to(grads[0], inputs[0].shape), inputs[0])]
-
-
-@grad_rule(Dimshuffle)
-def _grad_dimshuffle(op, inputs, outputs, grads, needs):
-    g = grads[0]
-    axes = [p for p in op.pattern if p != "x"]
-    if len(axes) != len(op.pattern):  # drop the new axes first
-        g = reshape(g, tuple(s for s, p in zip(g.shape, op.pattern) if p != "x"))
-    inverse = tuple(int(a) for a in np.argsort(axes))
-    if inverse != tuple(range(len(axes))):
-        g = gu.run(gu.cached_op(Dimshuffle, inverse), g)
-    return [grad_like(g, inputs[0])]
-
-
-def _grad_as_reshape(op, inputs, outputs, grads, needs):
-    return [grad_like(reshape(grads[0], inputs[0].shape), inputs[0])]
-
-
-grad_rule(AddAxis)(_grad_as_reshape)
-grad_rule(RemoveAxis)(_grad_as_reshape)
-
-
-@grad_rule(Concat)
-def _grad_concat(op, inputs, outputs, grads, needs):
-    g = grads[0]
-    if len(inputs) == 1:
-        parts = [g]
-    else:
-        # 0-d inputs are concatenated as one-element vectors (the scalar plugin sits below grad).
-        sections = tuple(x.shape[op.axis] if x.ndim else 1 for x in inputs)
-        parts = gu.runs(gu.cached_op(Split, op.axis, sections), g)
-    return [grad_like(reshape(p, x.shape), x) if need else None
-            for p, x, need in zip(parts, inputs, needs)]
-
-
-@grad_rule(Stack)
-def _grad_stack(op, inputs, outputs, grads, needs):
-    from .indexing import Subtensor  # indexing.py imports this module
-    g = grads[0]
-    axis = op.axis % (inputs[0].ndim + 1)
-    lead = (("slice", None, None, None),) * axis
-    return [grad_like(gu.run(gu.cached_op(Subtensor, lead + (("int", i),)), g), x) if need else None
-            for i, (x, need) in enumerate(zip(inputs, needs))]
-
-
-@grad_rule(Split)
-def _grad_split(op, inputs, outputs, grads, needs):
-    # Outputs without a gradient contribute zeros.
-    like = next(g for g in grads if g is not None)
-    parts = [zeros(y.shape, like) if g is None else g for g, y in zip(grads, outputs)]
-    g = parts[0] if len(parts) == 1 else gu.run(gu.cached_op(Concat, op.axis), *parts)
-    return [grad_like(g, inputs[0])]
-
-
-@grad_rule(Tile)
-def _grad_tile(op, inputs, outputs, grads, needs):
-    # Output axis d holds reps[d] copies of input axis d, copy-major: view it as (reps, size)
-    # pairs and sum over the copies.
-    g, x = grads[0], inputs[0]
-    n = max(x.ndim, len(op.reps))
-    shape = (1,) * (n - x.ndim) + tuple(x.shape)
-    reps = (1,) * (n - len(op.reps)) + tuple(op.reps)
-    axes = tuple(2 * d for d in range(n) if reps[d] != 1)
-    if axes:
-        pairs = tuple(v for r, s in zip(reps, shape) for v in (r, s))
-        g = reduce_sum(reshape(g, pairs), axes, True)
-    return [grad_like(reshape(g, x.shape), x)]
-
-
-@grad_rule(Repeat)
-def _grad_repeat(op, inputs, outputs, grads, needs):
-    # Each input element became ``repeats`` neighbours along the axis: sum them.
-    g, x = grads[0], inputs[0]
-    if op.repeats != 1:
-        axis = op.axis % x.ndim
-        shape = tuple(x.shape)
-        g = reshape(g, shape[:axis + 1] + (op.repeats,) + shape[axis + 1:])
-        g = reduce_sum(g, axis + 1, False)
-    return [grad_like(g, x)]
-
-
-@grad_rule(Roll)
-def _grad_roll(op, inputs, outputs, grads, needs):
-    back = gu.cached_op(Roll, tuple(-s for s in op.shift), op.axis)
-    return [grad_like(gu.run(back, grads[0]), inputs[0])]
-
-
-_where = Where()
-
-
-@grad_rule(Where)
-def _grad_where(op, inputs, outputs, grads, needs):
-    mask, x, y = inputs
-    g = grads[0]
-    zero = zeros((), g)
-    gx = gy = None
-    if needs[1]:
-        gx = grad_like(gu.sum_to(gu.run(_where, mask, g, zero), x.shape), x)
-    if needs[2]:
-        gy = grad_like(gu.sum_to(gu.run(_where, mask, zero, g), y.shape), y)
-    return [None, gx, gy]
-
-
-@grad_rule(CondTake)
-def _grad_condtake(op, inputs, outputs, grads, needs):
-    # The values came from distinct positions: write their gradient back under the mask.
-    from .indexing import IndexingSetMultiAxisVec  # indexing.py imports this module
-    mask, x = inputs
-    g = grads[0]
-    if g is None or not needs[1]:
-        return [None, None]
-    put = gu.cached_op(IndexingSetMultiAxisVec, (("mask",),))
-    return [None, grad_like(gu.run(put, zeros(x.shape, g), g, mask), x)]
-
-
-@grad_rule(Gather)
-def _grad_gather(op, inputs, outputs, grads, needs):
-    # An element gathered several times collects every copy's gradient.
-    x, index = inputs
-    g = grads[0]
-    gx = gu.run(gu.cached_op(ScatterAdd, op.axis), zeros(x.shape, g), index, g)
-    return [grad_like(gx, x), None]
-
-
-@grad_rule(Scatter)
-def _grad_scatter(op, inputs, outputs, grads, needs):
-    # As in MegEngine (and torch's scatter): with repeated indices every source element that aims
-    # at a position gets its gradient, though only one of them was written.
-    x, index, source = inputs
-    g = grads[0]
-    gx = gs = None
-    if needs[0]:
-        gx = grad_like(gu.run(gu.cached_op(Scatter, op.axis), g, index, zeros(index.shape, g)), x)
-    if needs[2]:
-        gs = grad_like(gu.run(gu.cached_op(Gather, op.axis), g, index), source)
-    return [gx, None, gs]
-
-
-@grad_rule(ScatterAdd)
-def _grad_scatter_add(op, inputs, outputs, grads, needs):
-    x, index, source = inputs
-    g = grads[0]
-    gs = grad_like(gu.run(gu.cached_op(Gather, op.axis), g, index), source) if needs[2] else None
-    return [grad_like(g, x) if needs[0] else None, None, gs]
-
-
-@grad_rule(Diag)
-def _grad_diag(op, inputs, outputs, grads, needs):
-    g, x = grads[0], inputs[0]
-    if x.ndim == 1:  # the vector went onto diagonal k: read it back
-        return [grad_like(gu.run(gu.cached_op(Diag, op.k), g), x)]
-    # The diagonal of an (r, c) matrix is a strided slice of its flat form: write g there.
-    from .indexing import SetSubtensor  # indexing.py imports this module
-    r, c = x.shape
-    n = g.shape[0]  # the output's length (a single output may reach the rule as None)
-    start = op.k if op.k >= 0 else -op.k * c
-    stop = start + (n - 1) * (c + 1) + 1 if n else start
-    put = gu.cached_op(SetSubtensor, (("slice", start, stop, c + 1),))
-    return [grad_like(reshape(gu.run(put, zeros((r * c,), g), g), (r, c)), x)]

@@ -1,0 +1,122 @@
+"""CPU kernels of the ops of ``mge/_core/ops/nn.py``: softmax family, one-hot indexing, dropout,
+padding and their backward ops (convolution, pooling and normalisation are in ``conv.py``,
+``pool.py`` and ``norm.py``).
+"""
+import numpy as np
+
+from ....ops.nn import (
+    Dropout, DropoutBackward, IndexingOneHot, IndexingSetOneHot, LogSoftmax, OneHot, Pad,
+    PadBackward, Softmax, softmax_axes,
+)
+from ..table import def_kernel
+
+
+def _shifted(op, x):
+    axes = softmax_axes(op, x.ndim) if x.ndim else None
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    xa = x.astype(acc, copy=False)
+    if x.size == 0:
+        return xa, axes
+    return xa - xa.max(axis=axes, keepdims=True), axes
+
+
+@def_kernel(Softmax)
+def _cpu_softmax(op, x):
+    z, axes = _shifted(op, x)
+    e = np.exp(z)
+    return ((e / e.sum(axis=axes, keepdims=True)).astype(x.dtype, copy=False),)
+
+
+@def_kernel(LogSoftmax)
+def _cpu_logsoftmax(op, x):
+    z, axes = _shifted(op, x)
+    return ((z - np.log(np.exp(z).sum(axis=axes, keepdims=True))).astype(x.dtype, copy=False),)
+
+
+def _one_hot_index_axis(op, x, index):
+    """The axis the kernels of the one-hot ops index along, once ``index``'s values are in range."""
+    axis = op.axis % x.ndim
+    n = x.shape[axis]
+    if index.size and (index.min() < -n or index.max() >= n):
+        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
+                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
+    return axis
+
+
+@def_kernel(IndexingOneHot)
+def _cpu_indexing_one_hot(op, x, index):
+    axis = _one_hot_index_axis(op, x, index)
+    if x.ndim == 2 and axis == 1:  # (batch, classes), the loss's case: one fancy index
+        y = x[np.arange(x.shape[0]), index]
+        return (y[:, None] if op.keepdims else y,)
+    y = np.take_along_axis(x, np.expand_dims(index.astype(np.intp), axis), axis)
+    return (y if op.keepdims else np.squeeze(y, axis),)
+
+
+@def_kernel(IndexingSetOneHot)
+def _cpu_indexing_set_one_hot(op, x, index, value):
+    axis = _one_hot_index_axis(op, x, index)
+    out = x.copy()
+    if x.ndim == 2 and axis == 1:
+        out[np.arange(x.shape[0]), index] = value.reshape(index.shape)
+        return (out,)
+    idx = np.expand_dims(index.astype(np.intp), axis)
+    np.put_along_axis(out, idx, value.reshape(idx.shape).astype(x.dtype, copy=False), axis)
+    return (out,)
+
+
+@def_kernel(OneHot)
+def _cpu_one_hot(op, x):
+    n = op.num_classes
+    if x.size and (x.min() < 0 or x.max() >= n):
+        raise IndexError(f"{op.name}: labels must be in [0, {n}), got range [{x.min()}, {x.max()}]")
+    return ((x[..., None] == np.arange(n)).astype(np.int32),)
+
+
+@def_kernel(Dropout)
+def _cpu_dropout(op, x):
+    mask = np.random.default_rng(op.seed).random(x.shape, dtype=np.float32) >= op.drop_prob
+    scale = np.asarray(1 / (1 - op.drop_prob), x.dtype)
+    return ((x * mask * scale).astype(x.dtype, copy=False), mask)
+
+
+@def_kernel(DropoutBackward)
+def _cpu_dropout_backward(op, dy, mask):
+    scale = np.asarray(1 / (1 - op.drop_prob), dy.dtype)
+    out = np.multiply(dy, mask, dtype=dy.dtype)
+    out *= scale
+    return (out,)
+
+
+@def_kernel(Pad)
+def _cpu_pad(op, x):
+    width = tuple(op.pad_width) + ((0, 0),) * (x.ndim - len(op.pad_width))
+    if op.mode == "constant":
+        return (np.pad(x, width, constant_values=np.asarray(op.constant_value).astype(x.dtype)),)
+    return (np.pad(x, width, mode="reflect" if op.mode == "reflect" else "edge"),)
+
+
+@def_kernel(PadBackward)
+def _cpu_pad_backward(op, g):
+    if op.mode == "constant":
+        return (g[tuple(slice(a, g.shape[i] - b) for i, (a, b) in enumerate(op.pad_width))],)
+    # np.pad pads one axis after another, so the gradient folds one axis at a time.
+    out = g
+    for axis, (a, b) in enumerate(op.pad_width):
+        if not (a or b):
+            continue
+        t = np.moveaxis(out, axis, 0)
+        n = t.shape[0] - a - b
+        core = t[a:a + n].copy()
+        if op.mode == "replicate":      # the border repeats the edge element
+            if a:
+                core[0] += t[:a].sum(axis=0)
+            if b:
+                core[-1] += t[a + n:].sum(axis=0)
+        else:                           # reflect: border j mirrors element a - j (n - 2 - j after)
+            if a:
+                core[1:a + 1] += t[:a][::-1]
+            if b:
+                core[n - 1 - b:n - 1] += t[a + n:][::-1]
+        out = np.moveaxis(core, 0, axis)
+    return (out,)
