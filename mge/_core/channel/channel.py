@@ -211,7 +211,13 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                 host = False
         cls = type(op)
         out_descs = INFER[cls](op, descs)
-        device = op.device if op.sets_device or not inputs else cython.cast(TensorInfo, inputs[0]).device
+        if op.sets_device or not inputs:
+            device = op.device
+        else:
+            device = cython.cast(TensorInfo, inputs[0]).device
+            for info in inputs:
+                if info.device is not device and info.device != device:
+                    raise _mixed_devices(op, inputs)
         d: tuple
         if host and inputs:
             for od in out_descs:
@@ -508,6 +514,13 @@ def _new_info(shape, dtype, device) -> TensorInfo:
     info.dtype = dtype
     info.device = device
     return info
+
+
+def _mixed_devices(op, inputs):
+    # MegEngine refuses it too ("cannot decide output comp node"): move a tensor with .to() first
+    names = ", ".join(str(i.device) for i in inputs)
+    return RuntimeError(f"{op.name}: the inputs are on different devices ({names}); "
+                        "move them to one device with Tensor.to() first")
 
 
 def _offload(cmd):

@@ -13,7 +13,8 @@ The contract, method by method:
 * ``shape(buffer)``, ``nbytes(buffer)``: the value's shape, the bytes of its storage.
 * ``storage(buffer) -> (owner, nbytes)``: the allocation behind ``buffer`` and its size.  Two
   buffers with the same ``owner`` share storage (a view): memory is counted once per owner, and
-  DTR does not evict a tensor whose storage another one still holds.
+  DTR does not evict a tensor whose storage another one still holds.  An owner must be unique
+  per allocation while it lives (CPython shares small ``bytes`` objects: use a ``bytearray``).
 * ``execute(op, inputs, descs, reuse=None) -> tuple of buffers`` -- **the kernel door**.  Every
   kernel runs through it: eager ops, tiny values computed on the host, recomputations under DTR
   and drop, and (later) a compiled trace's program; the profiler records here.  ``inputs`` are
