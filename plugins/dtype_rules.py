@@ -16,6 +16,7 @@ import cython
 import numpy as np
 
 from mge._core import _accel
+from mge._core.dtype import common_dtype
 from mge._core.ops import Elemwise, TypeCvt
 from mge._core.ops import elemwise as _elemwise
 from mge.core import Transformation
@@ -38,28 +39,6 @@ def _cast(next, x, dtype):
     if op is None:
         op = _cvt[dtype] = TypeCvt(dtype)
     return next(op, (x,))[0]
-
-
-def common_dtype(dtypes):
-    """The dtype mixed inputs compute in (MegEngine's rules).
-
-    Numpy promotion, except: bool mixed with numbers computes in float32; float64 appears only
-    if an input is float64; mixing signed and unsigned integers is an error, as in MegEngine.
-    """
-    kinds = {x.kind for x in dtypes}
-    if "b" in kinds and len(kinds) > 1:
-        dtypes = [_float32 if x.kind == "b" else x for x in dtypes]
-        kinds.discard("b")
-    if kinds == {"i", "u"}:
-        names = " ".join(x.name.capitalize() for x in dtypes)
-        raise TypeError(f"dtype promotion rule between different signedness is undefined: {names}")
-    d = dtypes[0]
-    for x in dtypes[1:]:
-        if x != d:
-            d = np.promote_types(d, x)
-    if d == np.float64 and all(x != np.float64 for x in dtypes):
-        d = _float32  # e.g. int32 with float16 gives float64 in numpy; MegEngine says float32
-    return d
 
 
 def _promote(next, inputs, dtype):

@@ -131,7 +131,7 @@ def _objective(fn, tensors, cotangents):
     outs = _float_outputs(fn(*tensors))
     total = None
     for c, y in zip(cotangents, outs):
-        term = (y * Tensor(c, dtype=y.dtype)).sum()
+        term = (y * Tensor(c, dtype=y.dtype, device=y.device)).sum()
         total = term if total is None else total + term
     return total
 

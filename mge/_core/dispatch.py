@@ -10,7 +10,7 @@ import numpy as np
 from . import _accel
 from .channel import get_channel
 from .device import as_device
-from .dtype import promote_args
+from .dtype import promote_args, scalar_dtype
 from .ops.assign import Assign
 from .ops.misc import Identity
 _t = _accel.load("mge._core.transformation")
@@ -22,10 +22,8 @@ __all__ = ["apply", "stack", "set_tensor_type", "EvalTransformation", "const", "
 
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
-_consts = {}
+_consts = {}  # (type, value, dtype, device) -> Tensor: Python scalars become cached consts
 _NUMBERS = (float, int, bool)
-_float32 = np.dtype("float32")
-_int32 = np.dtype("int32")            # (type, value, dtype, device) -> Tensor: Python scalars become cached consts
 
 
 def set_tensor_type(cls):
@@ -98,26 +96,16 @@ def convert_inputs(inputs):
     return tuple(inputs)
 
 
-def _scalar_dtype(dtype, value):
-    # The dtype a Python number takes next to a tensor of ``dtype`` (numbers are weak).
-    kind = dtype.kind
-    if type(value) is float:
-        return dtype if kind == "f" else _float32
-    if type(value) is int:
-        return _int32 if kind == "b" else dtype
-    return dtype
-
-
 def _convert(inputs):
     cls = _Tensor
     if len(inputs) == 2:  # the common ``tensor <op> number`` forms
         a, b = inputs
         if isinstance(a, cls) and type(b) in _NUMBERS:
             info = a._info
-            return a, const(b, _scalar_dtype(info.dtype, b), info.device)
+            return a, const(b, scalar_dtype(info.dtype, b), info.device)
         if isinstance(b, cls) and type(a) in _NUMBERS:
             info = b._info
-            return const(a, _scalar_dtype(info.dtype, a), info.device), b
+            return const(a, scalar_dtype(info.dtype, a), info.device), b
     dtypes = []
     others = []
     device = None

@@ -1,4 +1,9 @@
-"""Dtype conventions of MegEngine on top of numpy dtypes.
+"""Dtype conventions of MegEngine on top of numpy dtypes, and its promotion rules, in one place.
+
+* ``common_dtype(dtypes)`` -- the dtype mixed tensors compute in (the dtype_promote layer casts
+  to it; the ops' shape/dtype rules use it too);
+* ``scalar_dtype(dtype, value)`` -- the dtype a Python number takes next to a tensor (numbers are
+  weak), and ``promote_args`` -- the dtype of the non-tensor arguments of ``apply``.
 
 MegEngine has no 64-bit default types: Python ints and int64 data become int32, Python floats and
 float64 data become float32, bools stay bool.  mge also accepts ``float64``/``int64`` when asked for
@@ -7,7 +12,8 @@ explicitly (useful for float64 reference checks); this difference is written dow
 """
 import numpy as np
 
-__all__ = ["canonical", "host_array", "promote_args", "is_float", "is_integral"]
+__all__ = ["canonical", "host_array", "promote_args", "common_dtype", "scalar_dtype", "is_float",
+           "is_integral"]
 
 _NARROW = {
     np.dtype("float64"): np.dtype("float32"),
@@ -79,6 +85,39 @@ def host_array(data, dtype=None):
     if d.kind not in "biuf":
         raise TypeError(f"cannot convert {type(data).__name__} with dtype {arr.dtype} to a tensor")
     return np.array(arr, dtype=d, order="C")
+
+
+def common_dtype(dtypes):
+    """The dtype mixed inputs compute in (MegEngine's rules).
+
+    Numpy promotion, except: bool mixed with numbers computes in float32; float64 appears only
+    if an input is float64; mixing signed and unsigned integers is an error, as in MegEngine.
+    """
+    kinds = {x.kind for x in dtypes}
+    if "b" in kinds and len(kinds) > 1:
+        dtypes = [float32 if x.kind == "b" else x for x in dtypes]
+        kinds.discard("b")
+    if kinds == {"i", "u"}:
+        names = " ".join(x.name.capitalize() for x in dtypes)
+        raise TypeError(f"dtype promotion rule between different signedness is undefined: {names}")
+    d = dtypes[0]
+    for x in dtypes[1:]:
+        if x != d:
+            d = np.promote_types(d, x)
+    if d == np.float64 and all(x != np.float64 for x in dtypes):
+        d = float32  # e.g. int32 with float16 gives float64 in numpy; MegEngine says float32
+    return d
+
+
+def scalar_dtype(dtype, value):
+    """The dtype a Python number ``value`` takes next to a tensor of ``dtype`` (numbers are weak:
+    a float meets integers and bools as float32, an int meets bools as int32)."""
+    kind = dtype.kind
+    if type(value) is float:
+        return dtype if kind == "f" else float32
+    if type(value) is int:
+        return int32 if kind == "b" else dtype
+    return dtype
 
 
 def promote_args(tensor_dtypes, others):

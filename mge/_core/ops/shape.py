@@ -7,6 +7,7 @@ live in ``creation.py``; this module re-exports them.
 """
 import numpy as np
 
+from ..dtype import common_dtype
 from .base import OpDef, TensorDesc, def_infer, op_error
 from .creation import *  # noqa: F401,F403
 from .creation import __all__ as _creation_all
@@ -14,22 +15,9 @@ from .creation import __all__ as _creation_all
 __all__ = [
     "Reshape", "Broadcast", "Dimshuffle", "AddAxis", "RemoveAxis", "Concat", "Stack", "Split",
     "Tile", "Repeat", "Roll", "Where", "CondTake", "Gather", "Scatter", "ScatterAdd", "Diag",
-    "common_dtype",
 ] + list(_creation_all)
 
-_float32 = np.dtype("float32")
 _int32 = np.dtype("int32")
-
-
-def common_dtype(dtypes):
-    """The dtype mixed inputs compute in (numpy promotion without widening to float64)."""
-    d = dtypes[0]
-    for x in dtypes[1:]:
-        if x != d:
-            d = np.promote_types(d, x)
-    if d == np.float64 and all(x != np.float64 for x in dtypes):
-        d = _float32
-    return d
 
 
 def _nargs(op, descs, n):
