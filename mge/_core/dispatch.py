@@ -23,6 +23,7 @@ __all__ = ["apply", "stack", "set_tensor_type", "EvalTransformation", "const", "
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
 _consts = {}  # (type, value, dtype, device) -> Tensor: Python scalars become cached consts
+_scalar_dtypes = {}  # (tensor dtype, number type) -> scalar_dtype's answer (found once)
 _NUMBERS = (float, int, bool)
 
 
@@ -96,16 +97,25 @@ def convert_inputs(inputs):
     return tuple(inputs)
 
 
+def _scalar_dtype(dtype, value):
+    key = (dtype, type(value))
+    try:
+        return _scalar_dtypes[key]
+    except KeyError:
+        d = _scalar_dtypes[key] = scalar_dtype(dtype, value)
+        return d
+
+
 def _convert(inputs):
     cls = _Tensor
     if len(inputs) == 2:  # the common ``tensor <op> number`` forms
         a, b = inputs
         if isinstance(a, cls) and type(b) in _NUMBERS:
             info = a._info
-            return a, const(b, scalar_dtype(info.dtype, b), info.device)
+            return a, const(b, _scalar_dtype(info.dtype, b), info.device)
         if isinstance(b, cls) and type(a) in _NUMBERS:
             info = b._info
-            return const(a, scalar_dtype(info.dtype, a), info.device), b
+            return const(a, _scalar_dtype(info.dtype, a), info.device), b
     dtypes = []
     others = []
     device = None

@@ -31,11 +31,8 @@ def _owner(arr):
 
 
 def _storage(device, buf):
-    # (owner, nbytes) of a buffer on ``device`` (a CompNode): numpy arrays directly, other
-    # buffers through their device.
-    if type(buf) is _ndarray:
-        owner = buf if buf.base is None else _owner(buf)
-        return owner, owner.nbytes
+    # (owner, nbytes) of a buffer on ``device`` (a CompNode) that is not a numpy array (those
+    # are handled inline, without the tuple: this is on every op's path)
     return device.impl.storage(buf)
 
 
@@ -61,7 +58,11 @@ class MemoryStats:
         ``locked=False`` is for the caller's thread while the worker sleeps: nobody else can touch
         the table then, and the lock is a good part of the cost of a tiny op.
         """
-        owner, n = _storage(device, arr)
+        if type(arr) is _ndarray:
+            owner = arr if arr.base is None else _owner(arr)
+            n = owner.nbytes
+        else:
+            owner, n = _storage(device, arr)
         key = id(owner)
         lock = self._lock
         if locked:
@@ -85,7 +86,10 @@ class MemoryStats:
     def release(self, device, arr, locked: cython.bint = True):
         """A tensor on ``device`` let go of ``arr``; returns the bytes freed (0 while others still
         hold it)."""
-        key = id(_storage(device, arr)[0])
+        if type(arr) is _ndarray:
+            key = id(arr if arr.base is None else _owner(arr))
+        else:
+            key = id(_storage(device, arr)[0])
         lock = self._lock
         if locked:
             lock.acquire()
@@ -107,7 +111,8 @@ class MemoryStats:
 
     def holders(self, device, arr):
         """How many tensors hold the storage of the buffer ``arr`` on ``device``."""
-        entry = self._buffers.get(id(_storage(device, arr)[0]))
+        owner = _owner(arr) if type(arr) is _ndarray else _storage(device, arr)[0]
+        entry = self._buffers.get(id(owner))
         return 0 if entry is None else entry[1]
 
     def allocated(self, device):
