@@ -292,11 +292,12 @@ def _python_calls(fn):
 
     gc.collect()
     gc.disable()  # no finalizers of other tests' garbage in the count
+    saved = sys.getprofile()
     sys.setprofile(count)
     try:
         out = fn()
     finally:
-        sys.setprofile(None)
+        sys.setprofile(saved)
         gc.enable()
     return out, n[0]
 
