@@ -8,15 +8,27 @@ as arrays).
 Checks: ``check`` (exact shape, dtype and values), ``check_close`` (dtype, shape and values within
 a tolerance), ``close`` (values within a tolerance of float32 references), ``raises_at_run``.
 Ops: ``same_desc`` (an infer rule: one output like the first input), ``ops_run``, ``mge_sync``.
+The asynchronous channel: the ops ``Gate``, ``Fail`` and ``CallsChannel``, ``busy_worker``, ``big``,
+``bad_index_pair``, the fixture ``clean_channel`` and ``run_script`` (a fresh Python).
 """
 import contextlib
+import gc
+import itertools
+import os
 import re
+import subprocess
+import sys
+import textwrap
+import threading
 
 import numpy as np
 import pytest
 
 import mge
-from mge.core import AsyncError, TensorDesc, apply
+from mge.core import (
+    AsyncError, OpDef, TensorDesc, apply, def_infer, def_kernel, get_option, set_option,
+)
+from mge._core.channel import OPTIONS, get_channel
 
 
 # -- arrays ---------------------------------------------------------------------------------------
@@ -135,3 +147,122 @@ def ops_run():
         yield seen
     finally:
         stack.unregister(recorder)
+
+
+# -- the asynchronous channel (tests/test_async_*.py, test_command_buffer.py, test_swap_drop.py) --
+# No test sleeps to synchronise: the ``Gate`` op holds the worker on a ``threading.Event`` when a
+# test needs it busy, and everything else waits through the channel's own sync points.
+WORKER_N = 16  # elements: more than the host-compute limit, so ops on these are queued
+SUBPROCESS_TIMEOUT = 60
+
+
+class Gate(OpDef):
+    """Identity whose kernel waits until the test opens its gate (keeps the worker busy)."""
+    _fields = ("key",)
+
+
+class Fail(OpDef):
+    """Raises ``ValueError('boom')`` in its kernel."""
+
+
+class CallsChannel(OpDef):
+    """Its kernel calls the channel from the worker thread (``what`` says how)."""
+    _fields = ("what",)
+
+
+_GATES = {}
+_gate_keys = itertools.count()
+SECOND = {}  # "channel": a second Channel to close from the worker; "pending": a value to read
+
+for _cls in (Gate, Fail, CallsChannel):
+    def_infer(_cls)(same_desc)
+
+
+@def_kernel(Gate)
+def _gate_kernel(op, x):
+    entered, opened = _GATES[op.key]
+    entered.set()
+    assert opened.wait(30), "the test never opened the gate"
+    return (x.copy(),)
+
+
+@def_kernel(Fail)
+def _fail_kernel(op, x):
+    raise ValueError("boom")
+
+
+@def_kernel(CallsChannel)
+def _calls_channel_kernel(op, x):
+    if op.what == "sync":
+        get_channel().sync()
+    elif op.what == "tensor":
+        mge.tensor(np.ones(WORKER_N, "float32"))
+    elif op.what == "get_value":
+        get_channel().get_value(SECOND["pending"])
+    elif op.what == "close":
+        SECOND["channel"].close()
+    elif op.what == "gc":
+        gc.collect()                 # runs Tensor finalizers on the worker thread
+    return (x.copy(),)
+
+
+@contextlib.contextmanager
+def busy_worker():
+    """The worker is inside a kernel until the block ends."""
+    ch = get_channel()
+    key = next(_gate_keys)
+    entered, opened = threading.Event(), threading.Event()
+    _GATES[key] = (entered, opened)
+    try:
+        g = apply(Gate(key), big())[0]
+        ch.flush()
+        assert entered.wait(30)
+        yield
+    finally:
+        opened.set()
+    ch.wait_idle()  # not a sync point: errors queued inside the block are the test's to read
+    del _GATES[key]
+    del g
+
+
+def big(start=0.0, n=WORKER_N, dtype="float32"):
+    """A worker-sized tensor ``arange(start, start + n)``."""
+    return mge.tensor(np.arange(start, start + n, dtype=dtype))
+
+
+def bad_index_pair():
+    """``indexing_one_hot`` inputs whose index is out of range (the src is worker-sized)."""
+    x = mge.tensor(np.arange(20, dtype="float32").reshape(4, 5))
+    idx = mge.tensor(np.array([0, 1, 7, 2], dtype="int32"))
+    return x, idx
+
+
+@pytest.fixture
+def clean_channel():
+    """Options restored after the test; the test must not leave unreported worker errors.
+    (A test module uses it with ``pytestmark = pytest.mark.usefixtures("clean_channel")``.)"""
+    saved = {name: get_option(name) for name in OPTIONS}
+    yield
+    leftover = []
+    try:
+        mge._full_sync()             # a sync point: it raises the errors nobody read
+    except AsyncError as e:
+        leftover = e.errors
+    finally:
+        for name, value in saved.items():
+            if get_option(name) != value:
+                set_option(name, value)
+    assert not leftover, f"errors never reported: {leftover}"
+
+
+def allocated_bytes():
+    """The CPU device's tensor storage now (``mge.device.get_allocated_memory()``)."""
+    return mge.device.get_allocated_memory()
+
+
+def run_script(code, env=None, timeout=SUBPROCESS_TIMEOUT):
+    """Run ``code`` (dedented) in a fresh Python with ``env`` added to the environment."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], env=full_env,
+                          capture_output=True, text=True, timeout=timeout)

@@ -1,5 +1,7 @@
 """Convolution and pooling against float64 numpy references (loops over kernel positions)."""
+import gc
 import itertools
+import sys
 
 import numpy as np
 import pytest
@@ -280,15 +282,48 @@ def test_adaptive_pool_matches_megengine_values():
         F.adaptive_avg_pool2d(x, (8, 2))
 
 
-def test_conv_speed_is_reasonable():
-    import time
+def _python_calls(fn):
+    """``fn()`` and the number of Python and C function calls made on this thread while it ran."""
+    n = [0]
+
+    def count(frame, event, arg):
+        if event in ("call", "c_call"):
+            n[0] += 1
+
+    gc.collect()
+    gc.disable()  # no finalizers of other tests' garbage in the count
+    saved = sys.getprofile()
+    sys.setprofile(count)
+    try:
+        out = fn()
+    finally:
+        sys.setprofile(saved)
+        gc.enable()
+    return out, n[0]
+
+
+def test_conv_work_does_not_grow_with_the_output_size():
+    # The kernel is im2col and one matrix product per group (BLAS): no Python loop over output
+    # pixels, batch items or channels, so the calls it makes are the same for a 2-image 6x6
+    # output and a 16-image 28x28 one (what a wall-clock limit on a large conv stood in for).
     rng = np.random.default_rng(8)
-    x = mge.tensor(_rand(rng, (64, 32, 28, 28)))
-    w = mge.tensor(_rand(rng, (64, 32, 3, 3)))
-    t = time.perf_counter()
-    y = F.conv2d(x, w, padding=1).numpy()
-    assert y.shape == (64, 64, 28, 28)
-    assert time.perf_counter() - t < 5.0
+    w = mge.tensor(_rand(rng, (8, 4, 3, 3)))
+    small = mge.tensor(_rand(rng, (2, 4, 6, 6)))
+    large = mge.tensor(_rand(rng, (16, 4, 28, 28)))
+    old = mge.config.async_level
+    mge.config.async_level = 0  # the kernel runs on this thread, where the calls are counted
+    try:
+        for x in (small, large):
+            F.conv2d(x, w, padding=1)  # first calls fill caches
+        mge._full_sync()               # and the Dels of their outputs run now, not in the count
+        y_small, n_small = _python_calls(lambda: F.conv2d(small, w, padding=1))
+        y_large, n_large = _python_calls(lambda: F.conv2d(large, w, padding=1))
+    finally:
+        mge.config.async_level = old
+    assert y_small.shape == (2, 8, 6, 6) and y_large.shape == (16, 8, 28, 28)
+    assert n_small > 0 and n_large == n_small, (n_small, n_large)
+    np.testing.assert_allclose(y_large.numpy(), ref_conv(large.numpy(), w.numpy(), (1, 1), (1, 1),
+                                                         (1, 1), 1), rtol=1e-4, atol=1e-4)
 
 
 def test_empty_batch():

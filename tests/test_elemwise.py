@@ -5,7 +5,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from hypothesis.extra import numpy as hnp
 
-import mge
 import mge.functional as F
 from helpers import as_tensor as t, check_close as check
 

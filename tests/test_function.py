@@ -2,7 +2,6 @@
 import numpy as np
 import pytest
 
-import mge
 import mge.functional as F
 from mge.autodiff import Function, GradManager
 from helpers import close, float_tensor as t

@@ -1,6 +1,7 @@
 """Every op has a backward rule, and every rule is checked.
 
-* Every op class with a CPU kernel (``KERNELS["cpu"]``) has a rule in ``BACKWARD``, or is in
+* Every op class with a CPU kernel (``KERNELS`` of ``mge._core.device.cpu``) has a rule in
+  ``BACKWARD`` (``mge._core.autodiff.registry``), or is in
   ``NO_RULE`` below: ops none of whose inputs needs a gradient.
 * Every op class with a rule appears in the ``CASES`` of some ``tests/test_grad_*.py`` (checked
   against central differences there, and at second order in ``test_grad_second_order.py``), or is
@@ -16,7 +17,8 @@ from mge._core.ops import (
     Argmax, Argmin, BatchNormBackward, BetaRNG, Detach, GammaRNG, GaussianRNG,
     LayerNormBackward, MaxPoolingGather, OneHot, PermutationRNG, PoissonRNG, UniformRNG,
 )
-from mge._core.ops.base import BACKWARD, KERNELS
+from mge._core.autodiff.registry import BACKWARD
+from mge._core.device.cpu import KERNELS
 from mge.amp.check_non_finite import CheckNonFinite
 from mge.optimizer.adadelta import AdadeltaUpdate
 from mge.optimizer.adagrad import AdagradUpdate
@@ -75,7 +77,7 @@ def _mge(classes):
     return {c for c in classes if c.__module__.split(".")[0] == "mge"}
 
 
-KERNEL_OPS = _mge(KERNELS["cpu"])
+KERNEL_OPS = _mge(KERNELS)
 RULE_OPS = _mge(BACKWARD)
 
 

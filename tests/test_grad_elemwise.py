@@ -17,7 +17,8 @@ import mge
 from gradcheck import case_id, check_dropped_output, check_vjp, rule_vjp
 from mge._core.device import as_device
 from mge._core.ops import BACKWARD, Copy, Detach, Identity, TypeCvt
-from mge._core.ops.elemwise import ELEMWISE_MODES, GRAD_MODES, elemwise_op
+from mge._core.autodiff.rules.elemwise import GRAD_MODES
+from mge._core.ops.elemwise import ELEMWISE_ARITY, ELEMWISE_MODES, elemwise_op
 from mge.core import apply
 
 _rng = np.random.default_rng(42)
@@ -162,7 +163,7 @@ def test_every_mode_has_a_rule_or_is_listed_as_not_differentiable():
                                                                 "bit_xor", "bit_not", "not"}))
 def test_non_differentiable_modes_give_none(mode):
     op = elemwise_op(mode)
-    n = op.fn.nin if isinstance(op.fn, np.ufunc) else op.fn.__code__.co_argcount
+    n = ELEMWISE_ARITY[mode]
     inputs = [mge.tensor(_x(-2, 2)) for _ in range(n)]
     y = apply(op, *inputs)[0]
     g = mge.tensor(np.ones(y.shape, "float32"))

@@ -11,7 +11,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mge
 from gradcheck import case_id, check_vjp, rule_vjp
 from helpers import exact_tensor as _t, indices as _idx, randn
 from mge._core.device import as_device

@@ -307,20 +307,22 @@ def test_short_kernels_run_on_the_caller_and_long_ones_on_the_worker():
 
 
 def test_a_small_product_runs_on_the_caller():
-    from mge._core.ops.matmul import MIN_WORKER_WORK, MatrixMul
+    from mge._core.ops.matmul import MIN_WORKER_WORK, BatchedMatrixMul, MatrixMul
     assert 8 * 8 * 8 < MIN_WORKER_WORK
-    from mge._core.ops.base import ON_WORKER
     info = type("I", (), {"shape": (8, 8)})
-    assert not ON_WORKER[MatrixMul](MatrixMul(), [info, info], [info])
     big = type("I", (), {"shape": (128, 128)})
-    assert ON_WORKER[MatrixMul](MatrixMul(), [big, big], [big])
     unknown = type("I", (), {"shape": None})
-    assert ON_WORKER[MatrixMul](MatrixMul(), [big, big], [unknown])
+    for op in (MatrixMul(), BatchedMatrixMul()):
+        # the op's own fact, a plain function of (op, inputs, outputs)
+        assert type(op).long_running is op.long_running
+        assert not op.long_running(op, [info, info], [info])
+        assert op.long_running(op, [big, big], [big])
+        assert op.long_running(op, [big, big], [unknown])
 
 
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_relu_grad_is_a_select_like_np_where(dtype):
-    from mge._core.ops.elemwise import _switch_gt0
+    from mge._core.device.cpu.kernels.elemwise import _switch_gt0
     rng = np.random.default_rng(3)
     x, dy = rng.standard_normal((64, 50)).astype(dtype), rng.standard_normal((64, 50)).astype(dtype)
     x[0, :5] = [0.0, -0.0, np.nan, 1.0, -1.0]

@@ -7,7 +7,6 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-import mge
 import mge.functional as F
 from helpers import as_tensor as t, check_close
 from mge.core import apply

@@ -19,21 +19,8 @@ __all__ = [
     "cumsum", "logsumexp",
 ]
 
-_ops = {}
-
-
-def _cached(cls, *args):
-    key = (cls, args, tuple(map(type, args)))  # 1 == 1.0 == True: the types keep them apart
-    op = _ops.get(key)
-    if op is None:
-        if len(_ops) > 4096:
-            _ops.clear()
-        op = _ops[key] = cls(*args)
-    return op
-
-
 def _axis_key(axis):
-    # Lists and arrays are not hashable; the op freezes them to tuples anyway.
+    # Lists and arrays are not hashable: as tuples they make a key for the op's shared instance.
     if isinstance(axis, np.ndarray):
         axis = axis.tolist()
     return tuple(axis) if isinstance(axis, list) else axis
@@ -44,7 +31,7 @@ def _e(mode, *args):
 
 
 def _reduce(mode, inp, axis, keepdims):
-    return apply(_cached(Reduce, mode, _axis_key(axis), bool(keepdims)), inp)[0]
+    return apply(Reduce.get(mode, _axis_key(axis), bool(keepdims)), inp)[0]
 
 
 def _tensor(x):
@@ -52,7 +39,7 @@ def _tensor(x):
 
 
 def _to_float(x):
-    return x if x.dtype.kind == "f" else apply(_cached(TypeCvt, np.dtype("float32")), x)[0]
+    return x if x.dtype.kind == "f" else apply(TypeCvt.get(np.dtype("float32")), x)[0]
 
 
 # -- reductions -----------------------------------------------------------------------------------
@@ -197,7 +184,7 @@ def cumsum(inp, axis):
         array([[ 1,  3,  6],
                [ 4,  9, 15]], dtype=int32)
     """
-    return apply(_cached(CumSum, axis, False, False), inp)[0]
+    return apply(CumSum.get(axis, False, False), inp)[0]
 
 
 # -- arg-extrema and sorting ----------------------------------------------------------------------
@@ -208,7 +195,7 @@ def argmax(inp, axis=None, keepdims=False):
     MegEngine signature: ``argmax(inp, axis=None, keepdims=False)``.  With ``axis`` None the index
     is into the flattened input; several axes count as one flattened axis (C order).
     """
-    return apply(_cached(Argmax, _axis_key(axis), bool(keepdims)), inp)[0]
+    return apply(Argmax.get(_axis_key(axis), bool(keepdims)), inp)[0]
 
 
 def argmin(inp, axis=None, keepdims=False):
@@ -216,7 +203,7 @@ def argmin(inp, axis=None, keepdims=False):
 
     MegEngine signature: ``argmin(inp, axis=None, keepdims=False)``.  See :func:`argmax`.
     """
-    return apply(_cached(Argmin, _axis_key(axis), bool(keepdims)), inp)[0]
+    return apply(Argmin.get(_axis_key(axis), bool(keepdims)), inp)[0]
 
 
 def sort(inp, descending=False):
@@ -226,7 +213,7 @@ def sort(inp, descending=False):
     sorts any input of at least one dimension along its last axis.  Equal values keep their order
     when ascending; the descending order is the reverse of the ascending one.
     """
-    return apply(_cached(Argsort, bool(descending)), inp)
+    return apply(Argsort.get(bool(descending)), inp)
 
 
 def argsort(inp, descending=False):
@@ -234,7 +221,7 @@ def argsort(inp, descending=False):
 
     MegEngine signature: ``argsort(inp, descending=False)``.  See :func:`sort`.
     """
-    return apply(_cached(Argsort, bool(descending)), inp)[1]
+    return apply(Argsort.get(bool(descending)), inp)[1]
 
 
 def topk(inp, k, descending=True, kth_only=False, no_sort=False):
@@ -257,7 +244,7 @@ def topk(inp, k, descending=True, kth_only=False, no_sort=False):
         k = int(k.item())
     if isinstance(k, bool) or not isinstance(k, (int, np.integer)):
         raise TypeError(f"topk: k must be an int, got {k!r}")
-    op = _cached(TopK, int(k), bool(descending), bool(kth_only), bool(no_sort))
+    op = TopK.get(int(k), bool(descending), bool(kth_only), bool(no_sort))
     return apply(op, inp)
 
 
@@ -303,9 +290,9 @@ def matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defau
     if d1 == 0 or d2 == 0:
         raise ValueError(f"matmul: operands must have at least 1 dimension, got {d1}-d and {d2}-d")
     if d1 == 1 and d2 == 1:
-        return apply(_cached(Dot), inp1, inp2)[0]
+        return apply(Dot.get(), inp1, inp2)[0]
     cls = MatrixMul if d1 == 2 and d2 == 2 else BatchedMatrixMul
-    op = _cached(cls, bool(transpose_a), bool(transpose_b), compute_mode)
+    op = cls.get(bool(transpose_a), bool(transpose_b), compute_mode)
     return apply(op, inp1, inp2)[0]
 
 
@@ -314,7 +301,7 @@ def dot(inp1, inp2):
 
     MegEngine signature: ``dot(inp1, inp2)``.  Inputs must be 1-D (or 0-d) of equal length.
     """
-    return apply(_cached(Dot), inp1, inp2)[0]
+    return apply(Dot.get(), inp1, inp2)[0]
 
 
 def matinv(inp):
@@ -324,7 +311,7 @@ def matinv(inp):
     ``ValueError`` from the kernel: raised by the call for tiny inputs or at ``async_level = 0``,
     otherwise reported at the next sync point as ``AsyncError`` with the ``ValueError`` as cause.
     """
-    return apply(_cached(MatInv), inp)[0]
+    return apply(MatInv.get(), inp)[0]
 
 
 def svd(inp, full_matrices=False, compute_uv=True):
@@ -335,6 +322,6 @@ def svd(inp, full_matrices=False, compute_uv=True):
     Returns:
         ``(U, S, Vh)``; only ``S`` when ``compute_uv`` is False (MegEngine fails there).
     """
-    out = apply(_cached(SVD, bool(full_matrices), bool(compute_uv)), inp)
+    out = apply(SVD.get(bool(full_matrices), bool(compute_uv)), inp)
     return out if compute_uv else out[0]
 

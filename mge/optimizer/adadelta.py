@@ -1,33 +1,8 @@
 """``Adadelta``: step sizes from running averages of squared gradients and squared updates."""
-import numpy as np
-
-from .._core.ops.base import def_kernel
-from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
+from .._core.ops.optimizer import AdadeltaUpdate
+from .optimizer import Optimizer, _float
 
 __all__ = ["Adadelta", "AdadeltaUpdate"]
-
-
-@def_update_op
-class AdadeltaUpdate(UpdateOp):
-    """One Adadelta step of one parameter: ``(param, grad, square_avg, acc_delta, step)`` -> new
-    values."""
-
-    _fields = ("lr", "rho", "eps", "weight_decay")
-
-
-@def_kernel(AdadeltaUpdate)
-def _cpu_adadelta(op, param, grad, square_avg, acc_delta, step):
-    rho, eps = op.rho, op.eps
-    step = step + np.ones((), step.dtype)
-    if op.weight_decay != 0.0:
-        grad = grad + param * op.weight_decay
-    sq = square_avg * rho
-    sq += np.square(grad) * (1.0 - rho)
-    delta = np.sqrt(acc_delta + eps) / np.sqrt(sq + eps) * grad
-    new = (param - delta * op.lr).astype(param.dtype, copy=False)
-    acc = acc_delta * rho
-    acc += np.square(delta) * (1.0 - rho)
-    return new, sq, acc, np.asarray(step, dtype=step.dtype)
 
 
 class Adadelta(Optimizer):
@@ -79,8 +54,8 @@ class Adadelta(Optimizer):
         self._add_states(param_group, self._STATE_NAMES)
 
     def _updates(self, param_group):
-        op = update_op(
-            AdadeltaUpdate, _float(param_group["lr"], "lr"), _float(param_group["rho"], "rho"),
+        op = AdadeltaUpdate.get(
+            _float(param_group["lr"], "lr"), _float(param_group["rho"], "rho"),
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
         )
         self._apply_updates(param_group, op, self._STATE_NAMES)

@@ -1,29 +1,8 @@
 """``Adagrad``: per-coordinate learning rates from the sum of squared gradients."""
-import numpy as np
-
-from .._core.ops.base import def_kernel
-from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
+from .._core.ops.optimizer import AdagradUpdate
+from .optimizer import Optimizer, _float
 
 __all__ = ["Adagrad", "AdagradUpdate"]
-
-
-@def_update_op
-class AdagradUpdate(UpdateOp):
-    """One Adagrad step of one parameter: ``(param, grad, square_avg, step)`` -> new values."""
-
-    _fields = ("lr", "lr_decay", "eps", "weight_decay")
-
-
-@def_kernel(AdagradUpdate)
-def _cpu_adagrad(op, param, grad, square_avg, step):
-    step = step + np.ones((), step.dtype)
-    if op.weight_decay != 0.0:
-        grad = grad + param * op.weight_decay
-    sq = square_avg + np.square(grad)
-    delta = grad / np.sqrt(sq + op.eps)  # eps inside the root, as MegEngine
-    clr = op.lr / (1.0 + (float(step) - 1.0) * op.lr_decay)
-    new = (param - delta * clr).astype(param.dtype, copy=False)
-    return new, sq, np.asarray(step, dtype=step.dtype)
 
 
 class Adagrad(Optimizer):
@@ -73,8 +52,8 @@ class Adagrad(Optimizer):
         self._add_states(param_group, self._STATE_NAMES)
 
     def _updates(self, param_group):
-        op = update_op(
-            AdagradUpdate, _float(param_group["lr"], "lr"),
+        op = AdagradUpdate.get(
+            _float(param_group["lr"], "lr"),
             _float(param_group["lr_decay"], "lr_decay"),
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
         )

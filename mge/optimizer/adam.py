@@ -1,21 +1,8 @@
 """``Adam`` (and the ``AdamUpdate`` op that ``AdamW`` shares)."""
-import numpy as np
-
-from .._core.ops.base import def_kernel
-from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
+from .._core.ops.optimizer import AdamUpdate
+from .optimizer import Optimizer, _float
 
 __all__ = ["Adam", "AdamUpdate"]
-
-
-@def_update_op
-class AdamUpdate(UpdateOp):
-    """One Adam step of one parameter: ``(param, grad, exp_avg, exp_avg_sq, step)`` -> new values.
-
-    ``decoupled`` selects AdamW's weight decay (added to the update) over Adam's (added to the
-    gradient).
-    """
-
-    _fields = ("lr", "beta0", "beta1", "eps", "weight_decay", "decoupled")
 
 
 def _check_adam_args(lr, betas, weight_decay):
@@ -27,28 +14,6 @@ def _check_adam_args(lr, betas, weight_decay):
         raise ValueError("Invalid beta parameter at index 0: {}".format(betas[0]))
     if not 0.0 <= betas[1] < 1.0:
         raise ValueError("Invalid beta parameter at index 1: {}".format(betas[1]))
-
-
-@def_kernel(AdamUpdate)
-def _cpu_adam(op, param, grad, exp_avg, exp_avg_sq, step):
-    b0, b1, wd = op.beta0, op.beta1, op.weight_decay
-    if wd != 0.0 and not op.decoupled:
-        grad = grad + param * wd
-    step = step + np.ones((), step.dtype)
-    t = float(step)
-    m = exp_avg * b0
-    m += grad * (1.0 - b0)
-    v = exp_avg_sq * b1
-    v += np.square(grad) * (1.0 - b1)
-    # (m / (1 - b0^t)) / (sqrt(v / (1 - b1^t)) + eps), MegEngine's order of operations
-    denom = np.sqrt(v * (1.0 / (1.0 - b1 ** t)))
-    denom += op.eps
-    delta = m * (1.0 / (1.0 - b0 ** t))
-    delta /= denom
-    if wd != 0.0 and op.decoupled:
-        delta += param * wd
-    new = (param - delta * op.lr).astype(param.dtype, copy=False)
-    return new, m, v, np.asarray(step, dtype=step.dtype)
 
 
 class _AdamBase(Optimizer):
@@ -67,8 +32,8 @@ class _AdamBase(Optimizer):
 
     def _updates(self, param_group):
         beta0, beta1 = param_group["betas"]
-        op = update_op(
-            AdamUpdate, _float(param_group["lr"], "lr"),
+        op = AdamUpdate.get(
+            _float(param_group["lr"], "lr"),
             _float(beta0, "betas"), _float(beta1, "betas"),
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
             self._decoupled,

@@ -5,9 +5,10 @@ and a per-parameter *state* (dicts of tensors such as ``"momentum_buffer"``).  `
 every parameter whose ``.grad`` is set.
 
 Each optimizer updates one parameter with **one fused op** (``SGDUpdate``, ``AdamUpdate``...,
-defined next to the optimizer that uses it): its inputs are the parameter, its gradient and its
-state tensors, its outputs the new parameter and the new states.  The op goes through ``apply``
-and the transformation stack like every op, and the results are swapped into the existing
+subclasses of ``UpdateOp`` in ``mge/_core/ops/optimizer.py``, shared between steps with
+``cls.get``): its inputs are the parameter, its gradient and its state tensors, its outputs the
+new parameter and the new states.  The op goes through ``apply`` and the transformation stack
+like every op, and the results are swapped into the existing
 ``Parameter`` and state objects with ``Tensor._reset``, so a parameter keeps its identity (a
 ``Module`` still holds it) and a step costs one op per parameter instead of ten or more
 elementwise ops (MegEngine fuses LAMB the same way, with ``LAMBUpdate``).
@@ -20,7 +21,7 @@ from collections.abc import Iterable
 import numpy as np
 
 from .._core.channel import get_channel
-from .._core.ops.base import OpDef, TensorDesc, def_infer, op_error
+from .._core.ops.optimizer import UpdateOp  # noqa: F401  (the update ops' base, as before)
 from ..core import apply
 from ..tensor import Parameter, Tensor
 
@@ -36,46 +37,6 @@ class _RequiredParameter:
 required = _RequiredParameter()
 
 _float64 = np.dtype("float64")
-
-
-class UpdateOp(OpDef):
-    """Base of the fused update ops: inputs ``(param, grad, *states)``, outputs
-    ``(param, *states)``, each output with its input's shape and dtype."""
-
-
-def _infer_update(op, descs):
-    if len(descs) < 2:
-        raise op_error(TypeError, op, f"needs a parameter and its gradient, got {len(descs)} inputs")
-    (pshape, pdtype), (gshape, gdtype) = descs[0], descs[1]
-    if pdtype.kind != "f" or gdtype.kind != "f":
-        raise op_error(TypeError, op, "parameters and gradients must be floating point", descs)
-    if pshape is not None and gshape is not None and pshape != gshape:
-        raise op_error(
-            ValueError, op,
-            f"the gradient's shape {gshape} does not match the parameter's shape {pshape}", descs,
-        )
-    return [TensorDesc(pshape, pdtype)] + [TensorDesc(s, d) for s, d in descs[2:]]
-
-
-def def_update_op(cls):
-    """Register the shape/dtype rule of a fused update op class (shared by all of them)."""
-    def_infer(cls)(_infer_update)
-    return cls
-
-
-_op_cache = {}
-
-
-def update_op(cls, *params):
-    """The update op ``cls(*params)``, shared between steps (building an op costs more than
-    finding it; the hyperparameters rarely change)."""
-    key = (cls, params)
-    op = _op_cache.get(key)
-    if op is None:
-        if len(_op_cache) > 256:  # a schedule that changes lr every step: keep the cache small
-            _op_cache.clear()
-        op = _op_cache[key] = cls(*params)
-    return op
 
 
 def _float(value, name):

@@ -1,49 +1,8 @@
 """``RMSprop`` (not in MegEngine 1.13: PyTorch's definition, defaults and state names)."""
-import numpy as np
-
-from .._core.ops.base import def_kernel
-from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
+from .._core.ops.optimizer import RMSpropUpdate
+from .optimizer import Optimizer, _float
 
 __all__ = ["RMSprop", "RMSpropUpdate"]
-
-
-@def_update_op
-class RMSpropUpdate(UpdateOp):
-    """One RMSprop step of one parameter.
-
-    Inputs ``(param, grad, square_avg, step[, momentum_buffer][, grad_avg])``, the optional states
-    present when ``momentum != 0`` and when ``centered``; the outputs are their new values.
-    """
-
-    _fields = ("lr", "alpha", "eps", "weight_decay", "momentum", "centered")
-
-
-@def_kernel(RMSpropUpdate)
-def _cpu_rmsprop(op, param, grad, square_avg, step, *rest):
-    alpha = op.alpha
-    step = step + np.ones((), step.dtype)
-    if op.weight_decay != 0.0:
-        grad = grad + param * op.weight_decay
-    sq = square_avg * alpha
-    sq += np.square(grad) * (1.0 - alpha)
-    outs = [None, sq, np.asarray(step, dtype=step.dtype)]
-    if op.centered:
-        g_avg = rest[-1] * alpha
-        g_avg += grad * (1.0 - alpha)
-        avg = np.sqrt(sq - np.square(g_avg))
-    else:
-        avg = np.sqrt(sq)
-    avg += op.eps
-    if op.momentum != 0.0:
-        buf = rest[0] * op.momentum
-        buf += grad / avg
-        outs[0] = (param - buf * op.lr).astype(param.dtype, copy=False)
-        outs.append(buf)
-    else:
-        outs[0] = (param - grad / avg * op.lr).astype(param.dtype, copy=False)
-    if op.centered:
-        outs.append(g_avg)
-    return tuple(outs)
 
 
 class RMSprop(Optimizer):
@@ -114,8 +73,8 @@ class RMSprop(Optimizer):
         self._add_states(param_group, self._state_names(param_group))
 
     def _updates(self, param_group):
-        op = update_op(
-            RMSpropUpdate, _float(param_group["lr"], "lr"),
+        op = RMSpropUpdate.get(
+            _float(param_group["lr"], "lr"),
             _float(param_group["alpha"], "alpha"),
             _float(param_group["eps"], "eps"), _float(param_group["weight_decay"], "weight_decay"),
             _float(param_group["momentum"], "momentum"), bool(param_group["centered"]),

@@ -1,44 +1,8 @@
 """``SGD``: stochastic gradient descent with momentum, Nesterov momentum and weight decay."""
-import numpy as np
-
-from .._core._accel import load
-from .._core.ops.base import def_inplace, def_kernel
-from .optimizer import Optimizer, UpdateOp, _float, def_update_op, update_op
+from .._core.ops.optimizer import SGDUpdate
+from .optimizer import Optimizer, _float
 
 __all__ = ["SGD", "SGDUpdate"]
-
-add_scaled = load("mge._core.device.cpu.handoff").add_scaled
-
-
-@def_update_op
-class SGDUpdate(UpdateOp):
-    """One SGD step of one parameter: ``(param, grad[, momentum_buffer])`` -> new values."""
-
-    _fields = ("lr", "momentum", "weight_decay", "nesterov")
-
-
-@def_kernel(SGDUpdate)
-def _cpu_sgd(op, param, grad, *buf):
-    return _sgd(op, param, grad, buf, np.empty_like(param))
-
-
-@def_inplace(SGDUpdate)
-def _cpu_sgd_inplace(op, arrays, k):
-    # the parameter's old value has no other user: the new one is written over it
-    param, grad, *buf = arrays
-    return _sgd(op, param, grad, buf, param if k == 0 else np.empty_like(param))
-
-
-def _sgd(op, param, grad, buf, out):
-    if op.weight_decay != 0.0:
-        grad = grad + param * op.weight_decay
-    if op.momentum != 0.0:
-        v = buf[0] * op.momentum
-        v += grad
-        grad = grad + v * op.momentum if op.nesterov else v
-        return add_scaled(out, param, grad, -op.lr), v.astype(buf[0].dtype, copy=False)
-    # param - lr * grad in one pass, in C without the GIL for large parameters
-    return (add_scaled(out, param, grad, -op.lr),)
 
 
 class SGD(Optimizer):
@@ -90,6 +54,6 @@ class SGD(Optimizer):
 
     def _updates(self, param_group):
         momentum = _float(param_group["momentum"], "momentum")
-        op = update_op(SGDUpdate, _float(param_group["lr"], "lr"), momentum,
-                       _float(param_group["weight_decay"], "weight_decay"), bool(self.nesterov))
+        op = SGDUpdate.get(_float(param_group["lr"], "lr"), momentum,
+                           _float(param_group["weight_decay"], "weight_decay"), bool(self.nesterov))
         self._apply_updates(param_group, op, ("momentum_buffer",) if momentum != 0.0 else ())

@@ -7,8 +7,8 @@ gradients.  The grad transformation says where that is with ``below(next)`` arou
 outside a backward (a rule called directly) the ops go through ``apply``.  Python numbers among
 the inputs become tensors as ``apply`` makes them.
 
-``cached_op`` keeps one op instance per parameter set, so a backward pass builds no new ``OpDef``
-objects once warm.
+Rules get their ops with ``cls.get(*args)``, one shared instance per parameter set, so a backward
+pass builds no new ``OpDef`` objects once warm.
 """
 import threading
 
@@ -25,7 +25,6 @@ __all__ = [
 _dispatch = _accel.load("mge._core.dispatch")
 _apply = _dispatch.apply
 _convert = _dispatch.convert_inputs
-_ops = {}
 _local = threading.local()  # .next: where the running rule's ops go (per thread)
 
 
@@ -80,21 +79,15 @@ def output(op, inputs, outputs, i=0):
 
 
 def cached_op(cls, *args):
-    """One shared ``cls(*args)`` per parameter set (ops are immutable)."""
-    key = (cls, args)
-    op = _ops.get(key)
-    if op is None:
-        if len(_ops) > 4096:
-            _ops.clear()
-        op = _ops[key] = cls(*args)
-    return op
+    """``cls.get(*args)``: the shared ``cls(*args)`` (kept for rules not yet using ``get``)."""
+    return cls.get(*args)
 
 
 def cast(g, dtype):
     """``g`` converted to ``dtype`` (no op when it already has it)."""
     if g.dtype == dtype:
         return g
-    return run(cached_op(_TypeCvt, dtype), g)
+    return run(_TypeCvt.get(dtype), g)
 
 
 def reshape(g, shape):
@@ -102,7 +95,7 @@ def reshape(g, shape):
     shape = tuple(shape)
     if g.shape == shape:
         return g
-    return run(cached_op(_Reshape, shape), g)
+    return run(_Reshape.get(shape), g)
 
 
 def sum_to(g, shape):
@@ -117,14 +110,14 @@ def sum_to(g, shape):
         return g
     lead = len(gshape) - len(shape)
     if lead < 0:  # e.g. a 0-d gradient of a one-element input: same values, other shape
-        return run(cached_op(_Reshape, shape), g)
+        return run(_Reshape.get(shape), g)
     stretched = tuple(i + lead for i, s in enumerate(shape) if s == 1 and gshape[i + lead] != 1)
     if not stretched:  # only leading axes were added
-        return run(cached_op(_Reduce, "sum", tuple(range(lead)), False), g)
+        return run(_Reduce.get("sum", tuple(range(lead)), False), g)
     if lead == 0:
-        return run(cached_op(_Reduce, "sum", stretched, True), g)
-    r = run(cached_op(_Reduce, "sum", tuple(range(lead)) + stretched, False), g)
-    return run(cached_op(_Reshape, shape), r)
+        return run(_Reduce.get("sum", stretched, True), g)
+    r = run(_Reduce.get("sum", tuple(range(lead)) + stretched, False), g)
+    return run(_Reshape.get(shape), r)
 
 
 def fit(g, x):
@@ -159,4 +152,4 @@ def broadcast(g, shape):
     shape = tuple(shape)
     if g.shape == shape:
         return g
-    return run(cached_op(_Broadcast, shape), g)
+    return run(_Broadcast.get(shape), g)

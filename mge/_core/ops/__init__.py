@@ -1,6 +1,8 @@
-"""Every op family; importing this package fills the rule tables of ``base``.
+"""Every op family; importing this package fills the shape/dtype rule table of ``base``.
 
-One file per family: the op classes, their shape/dtype rules and their CPU kernels.
+One file per family: the op classes and their shape/dtype rules.  Their CPU kernels are in
+``mge/_core/device/cpu/kernels/`` and their backward rules in ``mge/_core/autodiff/rules/``, one
+file per family there too.
 """
 from . import base  # noqa: F401
 from .base import BACKWARD, HOST, INFER, KERNELS, OpDef, TensorDesc  # noqa: F401
@@ -12,4 +14,6 @@ from .matmul import *  # noqa: F401,F403
 from .shape import *  # noqa: F401,F403
 from .indexing import *  # noqa: F401,F403
 from .rng import *  # noqa: F401,F403
+from .creation import *  # noqa: F401,F403
+from .optimizer import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403

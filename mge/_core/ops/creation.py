@@ -1,15 +1,14 @@
-"""Creation ops: tensors made from parameters alone (``Fill``, ``Arange``, ``Linspace``, ``Eye``).
+"""Creation ops: tensors made from parameters alone (``Fill``, ``Arange``, ``Linspace``, ``Eye``),
+and their shape/dtype rules.
 
 They have no tensor inputs, so the output device is the op's ``device`` (``sets_device``), and
-nothing to differentiate: their backward rules return no gradients (a created tensor is a
-constant).  Values are computed in float64 on the host and converted to ``dtype`` once, so
-``float32`` results are the correctly rounded float64 values.
+nothing to differentiate (a created tensor is a constant; ``autodiff/rules/creation.py``).  The
+CPU kernels (``device/cpu/kernels/creation.py``) compute in float64 on the host and convert to
+``dtype`` once, so ``float32`` results are the correctly rounded float64 values.
 """
 import math
 
-import numpy as np
-
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
+from .base import OpDef, TensorDesc, def_infer, op_error
 
 __all__ = ["Fill", "Arange", "Linspace", "Eye"]
 
@@ -19,6 +18,7 @@ class Fill(OpDef):
 
     _fields = ("shape", "value", "dtype", "device")
     sets_device = True
+    long_running = False
 
 
 class Arange(OpDef):
@@ -26,6 +26,7 @@ class Arange(OpDef):
 
     _fields = ("start", "stop", "step", "dtype", "device")
     sets_device = True
+    long_running = False
 
 
 class Linspace(OpDef):
@@ -33,6 +34,7 @@ class Linspace(OpDef):
 
     _fields = ("start", "stop", "num", "dtype", "device")
     sets_device = True
+    long_running = False
 
 
 class Eye(OpDef):
@@ -41,6 +43,7 @@ class Eye(OpDef):
     _fields = ("N", "M", "k", "dtype", "device")
     _defaults = {"k": 0}
     sets_device = True
+    long_running = False
 
 
 def _no_inputs(op, descs):
@@ -56,11 +59,6 @@ def _infer_fill(op, descs):
     return [TensorDesc(op.shape, op.dtype)]
 
 
-@def_kernel(Fill)
-def _cpu_fill(op):
-    return (np.full(op.shape, op.value, dtype=op.dtype),)
-
-
 def arange_length(start, stop, step):
     """Length of ``arange(start, stop, step)``: MegEngine's ``ceil((stop - start) / step)``."""
     return max(0, math.ceil((stop - start) / step))
@@ -74,14 +72,6 @@ def _infer_arange(op, descs):
     return [TensorDesc((arange_length(op.start, op.stop, op.step),), op.dtype)]
 
 
-@def_kernel(Arange)
-def _cpu_arange(op):
-    n = arange_length(op.start, op.stop, op.step)
-    if all(isinstance(v, int) for v in (op.start, op.step)) and op.dtype.kind in "iu":
-        return ((np.arange(n, dtype=np.int64) * op.step + op.start).astype(op.dtype),)
-    return ((op.start + np.arange(n, dtype=np.float64) * op.step).astype(op.dtype),)
-
-
 @def_infer(Linspace)
 def _infer_linspace(op, descs):
     _no_inputs(op, descs)
@@ -90,29 +80,9 @@ def _infer_linspace(op, descs):
     return [TensorDesc((op.num,), op.dtype)]
 
 
-@def_kernel(Linspace)
-def _cpu_linspace(op):
-    return (np.linspace(op.start, op.stop, op.num, dtype=np.float64).astype(op.dtype),)
-
-
 @def_infer(Eye)
 def _infer_eye(op, descs):
     _no_inputs(op, descs)
     if op.N < 0 or op.M < 0:
         raise op_error(ValueError, op, f"sizes must be non-negative, got N={op.N}, M={op.M}")
     return [TensorDesc((op.N, op.M), op.dtype)]
-
-
-@def_kernel(Eye)
-def _cpu_eye(op):
-    return (np.eye(op.N, op.M, op.k, dtype=op.dtype),)
-
-
-def _no_gradients(op, inputs, outputs, grads, needs):
-    # No tensor inputs, so no gradients: the list has one entry per input, i.e. none.
-    return [None] * len(inputs)
-
-
-for _cls in (Fill, Arange, Linspace, Eye):
-    def_backward(_cls)(_no_gradients)
-del _cls

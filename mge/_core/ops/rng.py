@@ -1,30 +1,26 @@
-"""Random number ops and the per-handle seed streams.
+"""Random number ops, their shape/dtype rules, and the per-handle seed streams.
 
 Each RNG handle (0 is the global one that ``mge.random.seed`` resets; ``mge.random.RNG(seed)``
 objects get their own) keeps a numpy ``Generator`` that is a *seed stream*: every call draws a fresh
-64-bit ``seed`` from it and puts it in the op.  The kernel then draws from
-``Generator(PCG64(op.seed))``.  So an op's output is a pure function of its parameters -- the same
-numbers when the op is recomputed (DTR) or replayed -- and re-seeding a handle reproduces the whole
-sequence of calls.  Values are generated in float32 (or the requested dtype), never float64.
+64-bit ``seed`` from it and puts it in the op.  The kernel (``device/cpu/kernels/rng.py``) then
+draws from ``Generator(PCG64(op.seed))``.  So an op's output is a pure function of its
+parameters -- the same numbers when the op is replayed -- and re-seeding a handle reproduces the
+whole sequence of calls.  RNG ops still declare ``never_recompute``: DTR and drop keep their
+outputs rather than draw them again.  Values are generated in float32 (or the requested dtype),
+never float64.
 
-Gradients: samples are not differentiable with respect to the distribution's parameters (no
-reparameterisation), so every RNG op's backward rule gives ``None`` (as MegEngine).  The one
-exception is ``ShuffleRNG``, which only moves its input's rows: its gradient is the output's
-gradient moved back (MegEngine differentiates ``shuffle`` too).
+Gradients (``autodiff/rules/rng.py``): samples are not differentiable with respect to the
+distribution's parameters, except ``ShuffleRNG``'s, which only moves its input's rows.
 """
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_backward, def_infer, def_kernel, op_error
-from .gradutil import cached_op, runs
-from .reduce import Argsort
+from .base import OpDef, TensorDesc, def_infer, op_error
 
 __all__ = ["UniformRNG", "GaussianRNG", "GammaRNG", "BetaRNG", "PoissonRNG", "PermutationRNG",
            "ShuffleRNG", "new_handle", "delete_handle", "next_seed", "seed_handle"]
 
 _streams = {}
 _handles = [0]
-_float32 = np.dtype("float32")
-_float64 = np.dtype("float64")
 _int32 = np.dtype("int32")
 
 
@@ -53,15 +49,13 @@ def next_seed(handle):
     return int(stream.integers(0, 2 ** 63 - 1))
 
 
-def _generator(op):
-    return np.random.Generator(np.random.PCG64(op.seed))
-
-
 class UniformRNG(OpDef):
     """Uniform values in ``[0, 1)`` of ``shape``."""
 
     _fields = ("seed", "handle", "dtype", "shape", "device")
     sets_device = True
+    long_running = False
+    never_recompute = True
 
 
 class GaussianRNG(OpDef):
@@ -69,24 +63,32 @@ class GaussianRNG(OpDef):
 
     _fields = ("seed", "handle", "mean", "std", "dtype", "shape", "device")
     sets_device = True
+    long_running = False
+    never_recompute = True
 
 
 class GammaRNG(OpDef):
     """``(shape, scale) ->`` gamma samples, one per element of the (equal-shaped) inputs."""
 
     _fields = ("seed", "handle")
+    long_running = False
+    never_recompute = True
 
 
 class BetaRNG(OpDef):
     """``(alpha, beta) ->`` beta samples, one per element."""
 
     _fields = ("seed", "handle")
+    long_running = False
+    never_recompute = True
 
 
 class PoissonRNG(OpDef):
     """``lam ->`` Poisson samples (in ``lam``'s float dtype), one per element."""
 
     _fields = ("seed", "handle")
+    long_running = False
+    never_recompute = True
 
 
 class PermutationRNG(OpDef):
@@ -94,12 +96,16 @@ class PermutationRNG(OpDef):
 
     _fields = ("seed", "handle", "n", "dtype", "device")
     sets_device = True
+    long_running = False
+    never_recompute = True
 
 
 class ShuffleRNG(OpDef):
     """``x -> (x shuffled along axis 0, the int32 permutation used)``."""
 
     _fields = ("seed", "handle")
+    long_running = False
+    never_recompute = True
 
 
 def _no_inputs(op, descs):
@@ -122,31 +128,6 @@ def _infer_sized(op, descs):
     return [TensorDesc(op.shape, op.dtype)]
 
 
-def _native(dtype):
-    # numpy draws float32 or float64 directly; other float dtypes are drawn as float32.
-    return dtype if dtype in (_float32, _float64) else _float32
-
-
-@def_kernel(UniformRNG)
-def _cpu_uniform(op):
-    out = _generator(op).random(op.shape, dtype=_native(op.dtype))
-    if out.dtype != op.dtype:
-        below_one = np.nextafter(op.dtype.type(1), op.dtype.type(0))
-        out = np.minimum(out.astype(op.dtype), below_one)  # rounding must not reach 1
-    return (out,)
-
-
-@def_kernel(GaussianRNG)
-def _cpu_gaussian(op):
-    dtype = _native(op.dtype)
-    out = _generator(op).standard_normal(op.shape, dtype=dtype)
-    if op.std != 1:
-        out *= dtype.type(op.std)
-    if op.mean != 0:
-        out += dtype.type(op.mean)
-    return (out.astype(op.dtype, copy=False),)
-
-
 def _elementwise(n):
     def infer(op, descs):
         if len(descs) != n:
@@ -164,32 +145,6 @@ def_infer(BetaRNG)(_elementwise(2))
 def_infer(PoissonRNG)(_elementwise(1))
 
 
-def _positive(op, name, x):
-    if x.size and not (x > 0).all():
-        raise ValueError(f"{op.name}: {name} must be positive")
-
-
-@def_kernel(GammaRNG)
-def _cpu_gamma(op, shape, scale):
-    _positive(op, "shape", shape)
-    _positive(op, "scale", scale)
-    return (_generator(op).gamma(shape, scale).astype(shape.dtype),)
-
-
-@def_kernel(BetaRNG)
-def _cpu_beta(op, alpha, beta):
-    _positive(op, "alpha", alpha)
-    _positive(op, "beta", beta)
-    return (_generator(op).beta(alpha, beta).astype(alpha.dtype),)
-
-
-@def_kernel(PoissonRNG)
-def _cpu_poisson(op, lam):
-    if lam.size and not (lam >= 0).all():
-        raise ValueError(f"{op.name}: lam must be non-negative")
-    return (_generator(op).poisson(lam).astype(lam.dtype),)
-
-
 @def_infer(PermutationRNG)
 def _infer_permutation(op, descs):
     _no_inputs(op, descs)
@@ -200,11 +155,6 @@ def _infer_permutation(op, descs):
     return [TensorDesc((op.n,), op.dtype)]
 
 
-@def_kernel(PermutationRNG)
-def _cpu_permutation(op):
-    return (_generator(op).permutation(op.n).astype(op.dtype),)
-
-
 @def_infer(ShuffleRNG)
 def _infer_shuffle(op, descs):
     if len(descs) != 1:
@@ -213,28 +163,3 @@ def _infer_shuffle(op, descs):
     if shape is not None and len(shape) == 0:
         raise op_error(ValueError, op, "cannot shuffle a 0-d tensor", descs)
     return [TensorDesc(shape, dtype), TensorDesc(None if shape is None else (shape[0],), _int32)]
-
-
-@def_kernel(ShuffleRNG)
-def _cpu_shuffle(op, x):
-    perm = _generator(op).permutation(x.shape[0])
-    return (x[perm], perm.astype(_int32))
-
-
-def _no_gradient(op, inputs, outputs, grads, needs):
-    # A sample is not a differentiable function of the distribution's parameters.
-    return [None] * len(inputs)
-
-
-for _cls in (UniformRNG, GaussianRNG, GammaRNG, BetaRNG, PoissonRNG, PermutationRNG):
-    def_backward(_cls)(_no_gradient)
-
-
-@def_backward(ShuffleRNG)
-def _shuffle_grad(op, inputs, outputs, grads, needs):
-    # y = x[perm], so dx[perm] = dy: dx = dy[argsort(perm)].
-    g = grads[0]
-    if g is None or not needs[0]:
-        return [None]
-    inverse = runs(cached_op(Argsort, False), outputs[1])[1]
-    return [g[inverse]]
