@@ -331,8 +331,8 @@ class KernelClock:
     the waits for the GIL while the caller's thread holds it, so it is the kernels' own work)."""
 
     def __init__(self):
-        from mge._core.ops.base import KERNELS
-        self.table = KERNELS["cpu"]
+        from mge._core.device.cpu import KERNELS
+        self.table = KERNELS
         self.saved = dict(self.table)
         self.wall, self.cpu, self.calls = {}, {}, {}
 

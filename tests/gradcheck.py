@@ -17,7 +17,7 @@ import numpy as np
 
 from mge import Tensor
 from mge.core import apply
-from mge._core.ops.base import BACKWARD
+from mge._core.autodiff.registry import BACKWARD
 
 
 def _outputs(op, arrays):

@@ -12,8 +12,9 @@ from gradcheck import check_vjp
 from helpers import exact_tensor as _t, randn as _x, raises_at_run, run as _run
 
 from mge.core import apply
+from mge._core.autodiff.registry import BACKWARD
 from mge._core.ops import (
-    BACKWARD, Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter,
+    Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter,
 )
 
 

@@ -16,7 +16,8 @@ from hypothesis.extra import numpy as hnp
 import mge
 from gradcheck import case_id, check_dropped_output, check_vjp, rule_vjp
 from mge._core.device import as_device
-from mge._core.ops import BACKWARD, Copy, Detach, Identity, TypeCvt
+from mge._core.autodiff.registry import BACKWARD
+from mge._core.ops import Copy, Detach, Identity, TypeCvt
 from mge._core.autodiff.rules.elemwise import GRAD_MODES
 from mge._core.ops.elemwise import ELEMWISE_ARITY, ELEMWISE_MODES, elemwise_op
 from mge.core import apply

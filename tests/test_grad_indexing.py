@@ -18,8 +18,9 @@ from hypothesis import strategies as st
 
 from gradcheck import case_id, check_vjp, rule_vjp
 from helpers import exact_tensor as _t, indices as _idx, randn
+from mge._core.autodiff.registry import BACKWARD
 from mge._core.ops import (
-    BACKWARD, IndexingIncrMultiAxisVec, IndexingMultiAxisVec, IndexingSetMultiAxisVec,
+    IndexingIncrMultiAxisVec, IndexingMultiAxisVec, IndexingSetMultiAxisVec,
     SetSubtensor, Subtensor,
 )
 from mge._core.ops import indexing

@@ -18,8 +18,9 @@ from helpers import exact_tensor as _t, randn as _x, raises_at_run, run as _run
 import mge
 from mge import Tensor
 from mge.core import apply
+from mge._core.autodiff.registry import BACKWARD
 from mge._core.ops import (
-    BACKWARD, AdaptivePooling, BatchNorm, BatchNormBackward, BetaRNG, Dropout, DropoutBackward,
+    AdaptivePooling, BatchNorm, BatchNormBackward, BetaRNG, Dropout, DropoutBackward,
     GammaRNG, GaussianRNG, IndexingOneHot, IndexingSetOneHot, LayerNorm, LayerNormBackward,
     LogSoftmax, MaxPoolingGather, Pad, PadBackward, PermutationRNG, PoissonRNG, Pooling,
     PoolingBackward, ShuffleRNG, Softmax, UniformRNG,

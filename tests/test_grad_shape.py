@@ -14,8 +14,9 @@ from hypothesis import strategies as st
 from gradcheck import case_id, check_vjp, rule_vjp
 from helpers import exact_tensor as _t, indices as _idx, randn
 from mge._core.device import as_device
+from mge._core.autodiff.registry import BACKWARD
 from mge._core.ops import (
-    BACKWARD, AddAxis, Arange, Broadcast, Concat, CondTake, Diag, Dimshuffle, Eye, Fill, Gather,
+    AddAxis, Arange, Broadcast, Concat, CondTake, Diag, Dimshuffle, Eye, Fill, Gather,
     Linspace, RemoveAxis, Repeat, Reshape, Roll, Scatter, ScatterAdd, Split, Stack, Tile, Where,
 )
 from mge._core.ops import creation, shape

@@ -5,7 +5,8 @@ scaler unscales every gradient and learns whether the step overflowed with one o
 """
 import numpy as np
 
-from .._core.ops.base import OpDef, TensorDesc, def_infer, def_kernel, op_error
+from .._core.device.cpu.table import def_kernel
+from .._core.ops.base import OpDef, TensorDesc, def_infer, op_error
 from ..core import apply
 
 __all__ = ["CheckNonFinite", "check_non_finite"]

@@ -9,14 +9,10 @@
 * ``KEEPS_OUTPUTS[cls](op) -> bool`` -- the rule reads the forward outputs, so the grad
   transformation keeps them alive until the rule has run.
 """
-from ..ops import base as _ops_base
-
 __all__ = ["BACKWARD", "KEEPS_OUTPUTS", "def_backward"]
 
-# The same dict objects as the op registry's while the op files still register rules there (the
-# move to rules/ is under way; see the architecture issue).
-BACKWARD = _ops_base.BACKWARD
-KEEPS_OUTPUTS = _ops_base.KEEPS_OUTPUTS
+BACKWARD = {}       # op class -> rule
+KEEPS_OUTPUTS = {}  # op class -> predicate(op): the rule reads the forward outputs
 
 
 def def_backward(cls, keeps_outputs=False):

@@ -5,7 +5,7 @@ One file per family: the op classes and their shape/dtype rules.  Their CPU kern
 file per family there too.
 """
 from . import base  # noqa: F401
-from .base import BACKWARD, HOST, INFER, KERNELS, OpDef, TensorDesc  # noqa: F401
+from .base import INFER, OpDef, TensorDesc  # noqa: F401
 from .elemwise import *  # noqa: F401,F403
 from .misc import *  # noqa: F401,F403
 from .assign import *  # noqa: F401,F403

@@ -1,45 +1,26 @@
-"""The op registry: ops are small immutable descriptions; their rules live in side tables.
+"""Ops: small immutable descriptions, and the table of their shape/dtype rules.
 
 An op class lists its parameters in ``_fields``; instances are immutable, hashable and compare by
-value, so they can be cached and used as dictionary keys (trace and the channel do so).  The rules
-of an op are kept in tables keyed by the op's class, as JAX keys rules by primitive:
+value, so they can be shared (``Cls.get(*args)``, the one interning mechanism) and used as
+dictionary keys.  An op class declares facts about itself (``long_running``, ``never_recompute``,
+``sets_device``: see ``OpDef``).  The rules of an op are kept in tables keyed by the op's class,
+as JAX keys rules by primitive, each in the layer that uses it:
 
-* ``INFER[cls](op, descs) -> [TensorDesc, ...]`` -- output shapes/dtypes from input descs.  A shape
-  may be ``None`` (unknown until the kernel runs, e.g. ``CondTake``).  Raises ``ValueError`` or
-  ``TypeError`` naming the op and the offending shapes/dtypes when the inputs are invalid.
-* ``KERNELS[device_kind][cls](op, *arrays) -> tuple of arrays`` -- the computation.
-* ``BACKWARD[cls](op, inputs, outputs, grads, needs) -> [grad or None per input]`` -- the
-  backward rule (vector-Jacobian product).  ``inputs``/``outputs`` are the forward tensors,
-  ``grads`` one tensor or ``None`` (zero) per output, ``needs`` one bool per input saying whether
-  its gradient is wanted (a rule may skip work for the others).  Each returned gradient has its
-  input's shape, or is ``None`` (zero / not differentiable).  Rules compute with ``apply`` and
-  ``mge.functional``, so they walk the transformation stack: a grad key recording above the one
-  running backward sees them, which gives higher-order gradients.
-* ``HOST[cls]`` -- optional host-compute rule for tiny values (defaults to the CPU kernel).
-* ``ON_WORKER[cls]`` -- ``True`` or ``rule(op, input_infos, output_infos) -> bool``: the kernel
-  is long and mostly runs without the GIL (matrix products, convolutions), so at ``async_level``
-  1 and 2 the worker thread runs it beside the caller's Python.  Other built-in ops run on the
-  caller's thread when their command is flushed; ops defined outside mge always run on the worker.
-* ``INPLACE[cls](op, arrays, k) -> tuple of arrays`` -- optional CPU kernel that writes output 0
-  into ``arrays[k]``, the buffer of an input that this op is the last user of (the channel checks
-  that nothing else sees it).  Elementwise ops do this without an entry (their ufunc's ``out=``).
+* here, ``INFER[cls](op, descs) -> [TensorDesc, ...]`` -- output shapes/dtypes from input descs.
+  A shape may be ``None`` (unknown until the kernel runs, e.g. ``CondTake``).  Raises
+  ``ValueError`` or ``TypeError`` naming the op and the offending shapes/dtypes when the inputs
+  are invalid;
+* a device's kernel tables (``mge/_core/device/cpu/table.py``: ``KERNELS``, ``INPLACE``);
+* the backward rules (``mge/_core/autodiff/registry.py``: ``BACKWARD``, ``KEEPS_OUTPUTS``).
 
-Adding an op is one class plus its rules, in one file of ``mge/_core/ops``.
+Adding an op is one class and its shape rule in one file of ``mge/_core/ops``, plus one entry per
+layer that runs it (a kernel, a backward rule).
 """
 import numpy as np
 
-__all__ = [
-    "OpDef", "TensorDesc", "INFER", "KERNELS", "BACKWARD", "KEEPS_OUTPUTS", "HOST", "INPLACE",
-    "ON_WORKER", "def_infer", "def_kernel", "def_inplace", "def_on_worker", "def_backward", "op_error", "unknown",
-]
+__all__ = ["OpDef", "TensorDesc", "INFER", "def_infer", "op_error"]
 
 INFER = {}
-KERNELS = {"cpu": {}}
-BACKWARD = {}
-KEEPS_OUTPUTS = {}  # cls -> predicate(op): the backward rule reads the forward outputs
-HOST = {}
-INPLACE = {}
-ON_WORKER = {}
 
 
 class TensorDesc(tuple):
@@ -61,9 +42,6 @@ class TensorDesc(tuple):
     @property
     def ndim(self):
         return None if self[0] is None else len(self[0])
-
-
-unknown = None
 
 
 class OpDef:
@@ -94,21 +72,33 @@ class OpDef:
     @classmethod
     def get(cls, *args):
         """The shared ``cls(*args)``: equal parameters give the same instance."""
-        key = (cls, args, _types(args))
         try:
-            return _INTERNED[key]
+            # Parameters that are all strings or None (``Elemwise.get("add")``, on many ops'
+            # path) cannot be mistaken for equal values of another type: the key needs no types.
+            return _INTERNED[(cls, args)]
         except KeyError:
             pass
         except TypeError:  # unhashable parameters (lists): the constructor freezes them
-            key = None
+            op = cls(*args)
+            return _BY_VALUE.setdefault(op, op)
+        plain = True
+        for a in args:
+            if a is not None and type(a) is not str:
+                plain = False
+                break
+        key = (cls, args) if plain else (cls, args, _types(args))
+        if not plain:
+            try:
+                return _INTERNED[key]
+            except KeyError:
+                pass
         op = cls(*args)
         op = _BY_VALUE.setdefault(op, op)
-        if key is not None:
-            if len(_INTERNED) > 16384:  # bounded: a program that makes ops from data
-                _INTERNED.clear()
-                _BY_VALUE.clear()
-                _BY_VALUE[op] = op
-            _INTERNED[key] = op
+        if len(_INTERNED) > 16384:  # bounded: a program that makes ops from data
+            _INTERNED.clear()
+            _BY_VALUE.clear()
+            _BY_VALUE[op] = op
+        _INTERNED[key] = op
         return op
 
     def __init__(self, *args, **kwargs):
@@ -173,7 +163,7 @@ _BY_VALUE = {}  # op -> the shared instance equal to it
 
 def _types(v):
     if isinstance(v, tuple):
-        return tuple(_types(x) for x in v)
+        return tuple([_types(x) if isinstance(x, tuple) else type(x) for x in v])
     return type(v)
 
 
@@ -202,52 +192,6 @@ def def_infer(cls):
         INFER[cls] = fn
         return fn
     return deco
-
-
-def def_kernel(cls, device="cpu"):
-    """Decorator: register ``fn(op, *arrays) -> tuple of arrays`` as ``cls``'s kernel on ``device``."""
-    def deco(fn):
-        KERNELS.setdefault(device, {})[cls] = fn
-        return fn
-    return deco
-
-
-def def_inplace(cls):
-    """Decorator: register ``fn(op, arrays, k) -> tuple of arrays`` as ``cls``'s in-place CPU
-    kernel (output 0 written into ``arrays[k]``; see the module docstring)."""
-    def deco(fn):
-        INPLACE[cls] = fn
-        return fn
-    return deco
-
-
-def def_on_worker(cls, rule=True):
-    """Say that ``cls``'s kernel runs on the worker thread (always, or when ``rule(op,
-    input_infos, output_infos)`` says so; see the module docstring)."""
-    ON_WORKER[cls] = rule
-    return cls
-
-
-def def_backward(cls, keeps_outputs=False):
-    """Decorator: register ``fn(op, inputs, outputs, grads, needs)`` as ``cls``'s backward rule.
-
-    See the module docstring for the contract; the grad transformation calls it.
-    ``keeps_outputs`` (a bool, or a predicate ``op -> bool``) says that the rule reads the forward
-    outputs, so the grad transformation keeps them alive until the rule has run; otherwise a
-    single output is held weakly and may reach the rule as ``None``.
-    """
-    def deco(fn):
-        BACKWARD[cls] = fn
-        if keeps_outputs:
-            KEEPS_OUTPUTS[cls] = keeps_outputs if callable(keeps_outputs) else _always
-        else:
-            KEEPS_OUTPUTS.pop(cls, None)
-        return fn
-    return deco
-
-
-def _always(op):
-    return True
 
 
 def op_error(exc_type, op, message, descs=None):

@@ -10,14 +10,10 @@
 
 A kernel is looked up by the op's class, then by its base classes.
 """
-from ...ops import base as _ops_base
-
 __all__ = ["KERNELS", "INPLACE", "def_kernel", "def_inplace"]
 
-# The same dict objects as the op registry's ``KERNELS["cpu"]``/``INPLACE`` while the op files
-# still register kernels there (the move to kernels/ is under way; see the architecture issue).
-KERNELS = _ops_base.KERNELS["cpu"]
-INPLACE = _ops_base.INPLACE
+KERNELS = {}  # op class -> fn(op, *arrays)
+INPLACE = {}  # op class -> fn(op, arrays, k)
 
 
 def def_kernel(cls):
