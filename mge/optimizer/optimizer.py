@@ -204,28 +204,21 @@ class Optimizer(metaclass=ABCMeta):
 
         Parameters whose ``grad`` is ``None`` are left as they are, and so is their state.
         """
+        # (the update ops say ``never_recompute``: DTR and drop never record them, which would keep
+        # every earlier value of a parameter alive through its producer chain)
         channel = get_channel()
-        # Updates must not be recorded for recomputation (DTR/drop): a recorded update would keep
-        # every earlier value of the parameter alive through its producer chain.
-        recording = channel.get_option("record_computing_path")
-        if recording:
-            channel.set_option("record_computing_path", 0)
-        try:
-            for group in self.param_groups:
-                if isinstance(group["params"], set):
-                    raise TypeError(
-                        "optimized parameters need to be organized in ordered collections, "
-                        "but the ordering of parameters in sets will change between runs. "
-                        "Please use a list instead."
-                    )
-                channel.push_scope("step")
-                try:
-                    self._updates(group)
-                finally:
-                    channel.pop_scope("step")
-        finally:
-            if recording:
-                channel.set_option("record_computing_path", recording)
+        for group in self.param_groups:
+            if isinstance(group["params"], set):
+                raise TypeError(
+                    "optimized parameters need to be organized in ordered collections, "
+                    "but the ordering of parameters in sets will change between runs. "
+                    "Please use a list instead."
+                )
+            channel.push_scope("step")
+            try:
+                self._updates(group)
+            finally:
+                channel.pop_scope("step")
         return self
 
     def zero_grad(self):

@@ -1,5 +1,7 @@
 """CPU kernels of ``Identity``, ``Detach`` and ``Copy``: the input array itself (arrays are never
 written in place while another tensor can see them)."""
+import numpy as np
+
 from ....ops.misc import Copy, Detach, Identity
 from ..table import def_kernel
 
@@ -12,5 +14,6 @@ def _cpu_identity(op, x):
 
 @def_kernel(Copy)
 def _cpu_copy(op, x):
-    # The channel of the target device takes a host array; between CPU devices that is x itself.
-    return (x,)
+    # ``x`` is the source's value on the host (another device's ``to_host``, read-only) or a CPU
+    # buffer: the copy is the destination's own storage, counted and writable there.
+    return (np.array(x),)
