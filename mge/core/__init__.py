@@ -9,6 +9,7 @@ from .._core import _accel
 from .._core.channel import get_channel
 from .._core.errors import AsyncError, TraceError, UnusableTensorError
 from .._core.autodiff.registry import def_backward
+from .._core.device import Device, register_device_kind
 from .._core.device.cpu import def_kernel
 from .._core.ops.base import OpDef, TensorDesc, def_infer
 from .._core.plugins import (
@@ -26,6 +27,7 @@ __all__ = [
     "enable_transformation", "register_transformation", "get_plugin", "plugins", "plugin_errors",
     "get_option", "set_option", "AsyncError", "TraceError", "UnusableTensorError", "SEGMENTS",
     "OpDef", "TensorDesc", "def_infer", "def_kernel", "def_backward", "compiled_modules", "ops",
+    "Device", "register_device_kind",
 ]
 
 ops = _core.ops
