@@ -12,7 +12,7 @@ import mge
 import mge.functional as F
 from mge.core import AsyncError, UnusableTensorError, apply
 from helpers import (  # noqa: F401 (clean_channel: a fixture)
-    Fail, SUBPROCESS_TIMEOUT, bad_index_pair, big, WORKER_N as N, clean_channel,
+    Fail, SUBPROCESS_TIMEOUT, bad_index_pair, big, busy_worker, WORKER_N as N, clean_channel,
 )
 
 pytestmark = pytest.mark.usefixtures("clean_channel")
@@ -71,15 +71,18 @@ def test_indexing_one_hot_out_of_range_is_never_lost():
 
 def test_an_error_in_a_long_queued_chain_is_reported_once_with_its_cause():
     x, idx = bad_index_pair()
-    t = mge.tensor(np.zeros(4, "float32")) + x[:, 0]   # worker-computed chain start
     good = []
-    for i in range(1000):
-        if i == 500:
-            t = t + F.nn.indexing_one_hot(x, idx)
-        else:
-            t = t + 1
-        if i == 499:
-            good = t
+    # The whole chain is queued before anything runs (the worker is held): had the failing op
+    # run already, the ops issued after it would be refused at the call instead of queued.
+    with busy_worker():
+        t = mge.tensor(np.zeros(4, "float32")) + x[:, 0]   # worker-computed chain start
+        for i in range(1000):
+            if i == 500:
+                t = t + F.nn.indexing_one_hot(x, idx)
+            else:
+                t = t + 1
+            if i == 499:
+                good = t
     with pytest.raises(AsyncError) as info:
         t.numpy()
     e = info.value
