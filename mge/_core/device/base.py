@@ -54,12 +54,15 @@ class Device(abc.ABC):
 
     # -- storage and transfers -------------------------------------------------------------------
     def from_host(self, array):
+        """A buffer holding the host array ``array`` (which the device may keep)."""
         raise NotImplementedError(f"{type(self).__name__}.from_host")
 
     def to_host(self, buffer):
+        """The value of ``buffer`` as a read-only host array."""
         raise NotImplementedError(f"{type(self).__name__}.to_host")
 
     def storage(self, buffer):
+        """``(owner, nbytes)``: the allocation behind ``buffer``, unique while it lives."""
         raise NotImplementedError(f"{type(self).__name__}.storage")
 
     def shape(self, buffer):
@@ -72,6 +75,7 @@ class Device(abc.ABC):
 
     # -- kernels ---------------------------------------------------------------------------------
     def execute(self, op, inputs, descs, reuse=None):
+        """The kernel door: run ``op`` on the buffers ``inputs``; one buffer per desc."""
         raise NotImplementedError(f"{type(self).__name__}.execute")
 
     def runs_long(self, op, inputs, outputs):
@@ -83,4 +87,5 @@ class Device(abc.ABC):
 
     # -- memory ------------------------------------------------------------------------------------
     def free_beside(self, buffer):
+        """Free bytes adjacent to ``buffer``'s block (0: the allocator cannot tell)."""
         return 0
