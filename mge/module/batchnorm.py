@@ -16,6 +16,8 @@ class _BatchNorm(Module):
     ``state_dict``); they broadcast over 2-D, 3-D and 4-D inputs alike.
     """
 
+    _saved_flat = True  # (1, C, 1, 1) inside, (C,) in a state dict (see Module)
+
     def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True,
                  track_running_stats=True, freeze=False, **kwargs):
         super().__init__(**kwargs)

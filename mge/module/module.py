@@ -60,14 +60,6 @@ def _is_module(obj):
     return isinstance(obj, Module)
 
 
-def _normalization_types():
-    # Their parameters keep extra axes inside the module ((1, C, 1, 1) for batch norm) but are
-    # saved flat, and a flat array of the right size loads back into them (MegEngine's rule).
-    from .batchnorm import _BatchNorm
-    from .normalization import GroupNorm, InstanceNorm, LayerNorm
-    return (_BatchNorm, GroupNorm, LayerNorm, InstanceNorm)
-
-
 def _deprecated(name, version):
     warnings.warn(f"Call to deprecated method {name}. -- Deprecated since version {version}.",
                   category=DeprecationWarning, stacklevel=3)
@@ -95,6 +87,11 @@ class Module(metaclass=ABCMeta):
         >>> net(mge.tensor([[1.0, 2.0, 3.0, 4.0]])).shape
         (1, 2)
     """
+
+    # The parameters of batch, group, layer and instance norm keep extra axes inside the module
+    # ((1, C, 1, 1) for batch norm) but are saved flat, and a flat array of the right size loads
+    # back into them (MegEngine's rule): those classes say so.
+    _saved_flat = False
 
     def __init__(self, name=None):
         # Attribute names holding a module or a container (MegEngine's bookkeeping; __repr__
@@ -320,10 +317,9 @@ class Module(metaclass=ABCMeta):
         tensors themselves with ``keep_var=True``.  The parameters of normalization layers are
         saved flat (batch norm's ``(1, C, 1, 1)`` weight as ``(C,)``), as in MegEngine.
         """
-        flat_types = _normalization_types()
         out = OrderedDict()
         for (owner, key), value in self._state_dict(rst, prefix, keep_var).items():
-            if issubclass(owner, flat_types):
+            if owner._saved_flat:
                 value = value.reshape(-1)
             out[key] = value
         return out
@@ -408,7 +404,6 @@ class Module(metaclass=ABCMeta):
         # module as it was.
         if not callable(closure):
             raise AssertionError("closure must be a function")
-        flat_types = _normalization_types()
         pending, skipped = [], set()
         for (owner, key), var in self._state_dict(keep_var=True).items():
             value = closure(key, var)
@@ -422,7 +417,7 @@ class Module(metaclass=ABCMeta):
                                      f"{value}")
             want, got = tuple(var.shape), tuple(value.shape)
             if want != got:
-                if not issubclass(owner, flat_types):
+                if not owner._saved_flat:
                     raise ValueError(f"param `{key}` shape mismatch, should be {want}, get {got}")
                 if int(np.prod(want)) != int(np.prod(got)):
                     raise ValueError(f"param `{key}` size mismatch, should be "

@@ -47,6 +47,8 @@ class GroupNorm(_AffineNorm):
         (2, 3, 4, 4)
     """
 
+    _saved_flat = True  # saved flat (see Module)
+
     def __init__(self, num_groups, num_channels, eps=1e-5, affine=True, **kwargs):
         super().__init__(**kwargs)
         if num_groups < 1 or num_channels % num_groups != 0:
@@ -75,6 +77,8 @@ class InstanceNorm(_AffineNorm):
         eps: added to the variance. Default: 1e-5
         affine: whether to learn per-channel ``weight`` and ``bias``. Default: ``True``
     """
+
+    _saved_flat = True  # saved flat (see Module)
 
     def __init__(self, num_channels, eps=1e-05, affine=True, **kwargs):
         super().__init__(**kwargs)
@@ -105,6 +109,8 @@ class LayerNorm(_AffineNorm):
         >>> m(mge.tensor(np.arange(96, dtype="float32").reshape(2, 3, 4, 4))).shape
         (2, 3, 4, 4)
     """
+
+    _saved_flat = True  # saved flat (see Module)
 
     def __init__(self, normalized_shape, eps=1e-05, affine=True, **kwargs):
         super().__init__(**kwargs)
