@@ -28,8 +28,11 @@ The contract, method by method:
 * ``free_beside(buffer) -> int``: free bytes adjacent to the buffer's block (DTR's score uses
   it; 0 where the allocator cannot tell, as on the CPU).
 
+Allocation and freeing are the buffers' own: a device allocates inside its kernels and
+``from_host`` (numpy arrays on the CPU; a pool's blocks on a GPU), and storage is freed when the
+channel drops the last reference to a buffer (a device's buffer object returns its block then).
 Memory statistics (bytes held by live tensors, current and peak) are kept for every device by the
-channel's ``MemoryStats`` from ``storage``; ``Device.memory`` is not needed.
+channel's ``MemoryStats`` from ``storage``.
 """
 
 import abc
