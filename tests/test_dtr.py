@@ -18,7 +18,7 @@ import mge.functional as F
 import mge.module as M
 import mge.optimizer as optim
 from mge.autodiff import GradManager
-from mge.core import get_option, set_option
+from mge.core import get_option
 
 ch = mge.core.get_channel()
 

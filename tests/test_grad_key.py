@@ -1,6 +1,5 @@
 """The grad transformation plugin (plugins/grad.py): GradKey, backward, set_grad and the tape."""
 import collections
-import gc
 import weakref
 
 import numpy as np

@@ -184,7 +184,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                 self._free(info)
         elif _get_ident() == self.worker.tid:
             # a finalizer run by the GC on the worker thread: the buffer is the caller's; the Del
-            # waits for the caller's next buffer operation (found by tests/test_async.py)
+            # waits for the caller's next buffer operation (tests/test_async_lifecycle.py)
             self.buffer.defer(Command(DEL, dest=info))
         else:
             self.buffer.enqueue(Command(DEL, dest=info))
@@ -464,7 +464,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         info.in_worker = True
         self.buffer.enqueue(Command(kind, dest=info))
 
-    # -- the test API (documented: tests use it instead of private fields) ----------------------------
+    # -- the test API (documented: tests use it instead of private fields) -------------------
     def counters(self):
         """Counters since start: ``inplace`` (kernels that wrote into a freed input's buffer),
         ``fused_dels`` (Dels fused into the op that last read their tensor), ``recomputed``

@@ -78,8 +78,8 @@ class CommandBuffer:
     # Re-entrancy guard.  A Tensor's finalizer (``del_``) can run inside any allocation of a buffer
     # operation (the cyclic GC), or on the worker thread; mutating ``commands`` then corrupted the
     # operation in progress (a segfault in the compiled slice of ``flush_to``, found by
-    # tests/test_async.py).  Commands arriving meanwhile wait in ``pending`` (a deque: appending
-    # is safe from any thread) and are taken in order by the next operation.
+    # tests/test_async_lifecycle.py).  Commands arriving meanwhile wait in ``pending`` (a deque:
+    # appending is safe from any thread) and are taken in order by the next operation.
     busy = cython.declare(cython.bint, visibility="readonly")
     pending = cython.declare(object, visibility="readonly")
 

@@ -98,7 +98,7 @@ class Executor:
     def _do_apply(self, op, inputs, outputs, dels):
         # An input made invalid by an earlier failure: its error is already reported (or pending)
         # once; the outputs inherit it silently instead of adding an error per dependent op, which
-        # would report the failure again at the next sync point (found by tests/test_async.py).
+        # would report the failure again at the next sync point (tests/test_async_errors.py).
         info: TensorInfo
         for info in inputs:
             if info.error is not None:
@@ -121,7 +121,7 @@ class Executor:
         # recompute it, so they are freed after it, as unfused Dels would be.  Without DTR an op
         # with fused Dels is not recorded: an input freed by a fused Del cannot feed a
         # recomputation (recording it made a later drop unrecoverable, "cannot produce ...", for
-        # e.g. ``y = F.exp(x) * 2``; found by tests/test_async.py).
+        # e.g. ``y = F.exp(x) * 2``; found by tests/test_swap_drop.py).
         early: cython.bint = dels is not None
         if dtr_mode:
             minimum = opts["dtr_evictee_minimum_size"]
