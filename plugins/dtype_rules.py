@@ -16,6 +16,7 @@ import cython
 import numpy as np
 
 from mge._core import _accel
+from mge._core import ops
 from mge._core.dtype import common_dtype
 from mge._core.ops import Elemwise, TypeCvt
 from mge._core.ops import elemwise as _elemwise
@@ -110,7 +111,6 @@ def _autocast_high(inputs):
 
 
 def _rules():
-    from mge._core import ops
     rules = {Elemwise: _elemwise_rule}
     for name in ("MatrixMul", "BatchedMatrixMul", "Convolution", "ConvolutionBackwardData", "Linear"):
         cls = getattr(ops, name, None)

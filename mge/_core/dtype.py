@@ -12,8 +12,7 @@ explicitly (useful for float64 reference checks); this difference is written dow
 """
 import numpy as np
 
-__all__ = ["canonical", "host_array", "promote_args", "common_dtype", "scalar_dtype", "is_float",
-           "is_integral"]
+__all__ = ["canonical", "host_array", "promote_args", "common_dtype", "scalar_dtype"]
 
 _NARROW = {
     np.dtype("float64"): np.dtype("float32"),
@@ -44,14 +43,6 @@ def canonical(dtype):
     except TypeError:
         pass
     return d
-
-
-def is_float(dtype):
-    return dtype.kind == "f"
-
-
-def is_integral(dtype):
-    return dtype.kind in "iub"
 
 
 def host_array(data, dtype=None):

@@ -4,9 +4,8 @@ The descriptions give MegEngine's meaning.  ``async_level`` is validated (0, 1 o
 are converted with ``int()``.  The channel acts on all of them except ``max_recompute_time`` and
 ``disable_memory_forwarding``, which are stored only (``mge.dtr`` sets the DTR ones).
 """
+import numbers
 import os
-
-import numpy as np
 
 __all__ = ["OPTIONS", "Options"]
 
@@ -37,7 +36,7 @@ ALIASES = {"catch_worker_exception": "catch_worker_execption"}
 def _check_async_level(v):
     # Checked before the int() conversion, so 1.5 or "1" are refused rather than truncated or
     # parsed (MegEngine refuses them too, with a TypeError).
-    if isinstance(v, float) or not isinstance(v, (int, np.integer)) or v not in (0, 1, 2):
+    if isinstance(v, float) or not isinstance(v, numbers.Integral) or v not in (0, 1, 2):
         raise ValueError("async_level should be 0, 1 or 2")
 
 

@@ -17,6 +17,7 @@ beside the caller's Python.  Kernels: ``device/cpu/kernels/matmul.py``; backward
 """
 import numpy as np
 
+from ..dtype import common_dtype
 from .base import OpDef, TensorDesc, def_infer, op_error
 
 __all__ = ["MatrixMul", "BatchedMatrixMul", "Dot", "MatInv", "SVD"]
@@ -89,7 +90,7 @@ def _two_inputs(op, descs):
     a, b = descs
     if a[1].kind == "b" or b[1].kind == "b":
         raise op_error(TypeError, op, "bool inputs are not supported", descs)
-    dtype = a[1] if a[1] == b[1] else np.promote_types(a[1], b[1])
+    dtype = a[1] if a[1] == b[1] else common_dtype([a[1], b[1]])
     return a, b, dtype
 
 
