@@ -384,6 +384,13 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         first = errors[0]
         if original:
             raise first
+        for e in errors:
+            if isinstance(e, (KeyboardInterrupt, SystemExit)):
+                # an interrupt or exit requested inside a kernel: the caller's thread gets it as
+                # itself (an AsyncError would hide it from ``except KeyboardInterrupt``)
+                if len(errors) > 1:
+                    e.errors = errors
+                raise e
         more = f" ({len(errors) - 1} more error(s) follow in .errors)" if len(errors) > 1 else ""
         err = AsyncError(f"an error was reported by an op that ran asynchronously: "
                          f"{type(first).__name__}: {str(first).rstrip('.')}{more}. {ASYNC_HINT}")

@@ -58,7 +58,11 @@ class Executor:
             return
         try:
             self._run_command(cmd)
-        except Exception as e:
+        except BaseException as e:
+            # Any exception a kernel raises -- KeyboardInterrupt, SystemExit and GeneratorExit
+            # too -- is that command's error, reported at the next sync point; it must never end
+            # the worker (every later op would fail).  Channel._raise_errors re-raises a
+            # KeyboardInterrupt or SystemExit as itself on the caller's thread.
             with self.cv:  # a waiter sees the outputs' error and the error to report together
                 if cmd.kind == APPLY:
                     for o in cmd.outputs:
