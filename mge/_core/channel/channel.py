@@ -203,7 +203,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         descs = []
         for info in inputs:
             if info.error is not None:
-                raise unusable()
+                self._unusable_input(info)
             if info.deleted:
                 raise RuntimeError("an input tensor was already deleted")
             descs.append((info.shape, info.dtype))
@@ -235,8 +235,14 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             outputs.append(info)
         for info in inputs:
             info.in_worker = True
-        self.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
         level = values["async_level"]
+        if level == 0 and self.errors:
+            # errors of ops queued before the switch to level 0: reported first, as what they
+            # are (asynchronous), not as this op's own
+            self.wait_idle()
+            with self.cv:
+                self._raise_errors()
+        self.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
         if level == 0:
             if self.inline:  # the commands run right here when flushed: nothing to wait for
                 self.buffer.flush()
@@ -254,6 +260,17 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         if handoff.state == RUNNING:  # the worker needs the GIL for its Python: let it run
             handoff.yield_to_worker()
         return outputs
+
+    def _unusable_input(self, info):
+        # The first error the user sees is the real one: the failure's own report while it is
+        # pending (an AsyncError whose cause is the original), else an UnusableTensorError whose
+        # cause is the original.
+        if self.errors:
+            self.wait_idle()
+            with self.cv:
+                if self.errors:
+                    self._raise_errors()
+        raise unusable() from info.error
 
     def _host_compute(self, op, inputs, out_descs, device):
         # The seed's DEFAULT_CPU dispatch: tiny host values, computed now on this thread by the
@@ -321,7 +338,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                     if self.errors:
                         self._raise_errors()
                     if info.error is not None:
-                        raise unusable()
+                        raise unusable() from info.error
                     if info.value is not None:
                         return
                     if info.deleted:

@@ -107,7 +107,7 @@ class SwapDrop:
                         paths.pop()
                         continue
                     if t.error is not None:
-                        raise unusable()
+                        raise unusable() from t.error
                     if t.evict_type == SWAP:
                         self._swap_back(t)
                         stack.pop()
