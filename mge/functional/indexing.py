@@ -3,13 +3,16 @@
 Basic indices (ints, slices, ``None``, ``...``) become one ``Subtensor`` op whose description is
 cached, so ``x[0]``, ``x[1:3]`` and ``x[:, 0]`` cost one dictionary look-up besides the op itself.
 Integer arrays, lists and integer tensors are advanced indices (``IndexingMultiAxisVec``); a bool
-numpy mask is turned into integer arrays on the host (so the result shape is known at once), a bool
-tensor mask stays a tensor input (the result shape is then known only when the op has run).
+numpy mask is turned into integer arrays on the host (so the result shape is known at once) once
+its shape has been checked against the axes it covers (numpy's IndexError otherwise; while ``x``'s
+shape is not known yet it stays a bool tensor instead, checked by the op); a bool tensor mask stays
+a tensor input (the result shape is then known only when the op has run).  Masks and integer arrays
+mix as in numpy: a mask stands for its ``nonzero()`` arrays, which broadcast with the others.
 """
 import numpy as np
 
 from .._core.ops.indexing import (
-    IndexingMultiAxisVec, IndexingSetMultiAxisVec, SetSubtensor, Subtensor,
+    IndexingMultiAxisVec, IndexingSetMultiAxisVec, SetSubtensor, Subtensor, shape_probe,
 )
 from ..tensor import Tensor
 from ..core import apply
@@ -31,9 +34,11 @@ def _bound(v, what):
     raise TypeError(f"indexing: slice {what} must be an integer or None, got {type(v).__name__}")
 
 
-def _host_array(item, device):
+def _host_array(item, device, as_mask=False):
     a = np.asarray(item)
     if a.dtype.kind == "b":
+        if as_mask:
+            return [Tensor(a, dtype=np.bool_, device=device)]
         return [Tensor(i.astype(_int32), dtype=_int32, device=device) for i in np.nonzero(a)]
     if a.size == 0 and a.dtype.kind == "f":  # [] parses as float64
         a = a.astype(_int32)
@@ -42,12 +47,54 @@ def _host_array(item, device):
     return [Tensor(a, dtype=_int32, device=device)]
 
 
-def _parse(x, index):
+_one = np.zeros((1,), np.intp)
+
+
+def _check_host_masks(x, index, opname):
+    """Raise numpy's IndexError for a numpy/list mask that does not match the axes it covers.
+
+    Such a mask becomes integer arrays here, so the op cannot see its shape: the index is probed
+    now on a zero-stride stand-in of ``x`` (the masks as they are, tensor masks by their shapes,
+    integer arrays by size-1 probes).  False when a shape is not known yet (the masks then stay
+    bool tensors, checked by the op).
+    """
+    xshape = x._info.shape
+    if xshape is None:
+        return False
+    probe = []
+    for it in index:
+        if isinstance(it, Tensor):
+            if it.dtype.kind == "b":
+                shape = it._info.shape
+                if shape is None:
+                    return False
+                probe.append(shape_probe(shape, np.bool_))
+            else:
+                probe.append(_one)
+        elif isinstance(it, (list, tuple, range, np.ndarray)):
+            a = np.asarray(it)
+            probe.append(a if a.dtype.kind == "b" else _one)
+        elif isinstance(it, np.integer):
+            probe.append(int(it))
+        elif type(it) is slice:
+            probe.append(slice(None))
+        else:
+            probe.append(it)
+    try:
+        shape_probe(xshape)[tuple(probe)]
+    except IndexError as e:
+        if "boolean index" in str(e):
+            raise IndexError(f"{opname}: {e}; indexed shape {tuple(xshape)}") from None
+    return True
+
+
+def _parse(x, index, opname, host_masks_as_tensors=False):
     """``(items, arrays)`` for ``index``: a hashable description and the index tensors."""
     if type(index) is not tuple:
         index = (index,)
     items = []
     arrays = []
+    host_mask = False
     for it in index:
         t = type(it)
         if t is int:
@@ -79,12 +126,20 @@ def _parse(x, index):
         elif isinstance(it, np.integer):
             items.append(("int", int(it)))
         elif isinstance(it, (list, tuple, range, np.ndarray)):
-            parts = _host_array(it, x.device)
-            items.extend([("arr",)] * len(parts))
+            it = np.asarray(it)
+            if it.dtype.kind == "b":
+                host_mask = True
+            parts = _host_array(it, x.device, host_masks_as_tensors)
+            if host_masks_as_tensors and parts[0].dtype.kind == "b":
+                items.append(("mask",))
+            else:
+                items.extend([("arr",)] * len(parts))
             arrays.extend(parts)
         else:
             raise TypeError(f"indexing: unsupported index element {it!r} of type {t.__name__}; "
                             "use ints, slices, None, ..., integer/bool arrays or tensors")
+    if host_mask and not host_masks_as_tensors and not _check_host_masks(x, index, opname):
+        return _parse(x, index, opname, host_masks_as_tensors=True)
     return tuple(items), arrays
 
 
@@ -95,7 +150,7 @@ def getitem(x, index):
     """
     if type(index) is int:
         return apply(Subtensor.get((("int", index),)), x)[0]
-    items, arrays = _parse(x, index)
+    items, arrays = _parse(x, index, "IndexingMultiAxisVec")
     if arrays:
         cls, args = IndexingMultiAxisVec, (x, *arrays)
     else:
@@ -117,7 +172,7 @@ def setitem(x, index, value):
             value = value.to(x.device)
     else:
         value = Tensor(np.asarray(value), dtype=dtype, device=x.device)
-    items, arrays = _parse(x, index)
+    items, arrays = _parse(x, index, "IndexingSetMultiAxisVec")
     if arrays:
         cls, args = IndexingSetMultiAxisVec, (x, value, *arrays)
     else:

@@ -112,8 +112,26 @@ def _describe(op, descs, message):
     return op_error(IndexError, op, message, descs)
 
 
+def _probe_index(op, items, xshape, probes, descs, mask_errors_only=False):
+    try:
+        return shape_probe(xshape)[numpy_index(items, tuple(probes))].shape
+    except IndexError as e:
+        if mask_errors_only and "boolean index" not in str(e):
+            return None  # not a mask's own error: the second probe reports it
+        raise _describe(op, descs, f"{e}; indexed shape {xshape}") from None
+
+
 def _indexed_shape(op, items, xdesc, adescs, descs):
-    """Shape of ``x[items]`` (``None`` when a mask makes it depend on values)."""
+    """Shape of ``x[items]`` (``None`` when a mask makes it depend on values).
+
+    Without masks one probe gives the shape.  With masks (numpy's rule: a mask stands for the
+    integer arrays of its ``nonzero()``, which broadcast with the other index arrays) two probes
+    check what the shapes alone show: the first indexes with the masks (all False) and the integer
+    arrays as size-1 (or empty) probes -- a mask that does not match the axes it covers; the second
+    with each mask replaced by one size-1 (empty for an empty mask) integer probe per mask axis and
+    the integer arrays as they are -- everything else.  Whether the masks' counts broadcast with
+    the integer arrays is known only from their values (the kernel's numpy raises then).
+    """
     xshape = xdesc[0]
     if xshape is None or any(d[0] is None for d in adescs):
         return None
@@ -123,17 +141,33 @@ def _indexed_shape(op, items, xdesc, adescs, descs):
         if item[0] == "mask":
             if d[1].kind != "b":
                 raise op_error(TypeError, op, f"a mask must be bool, got {d[1]}", descs)
-            arrays.append(shape_probe(d[0], np.bool_))
             has_mask = True
-        else:
-            if d[1].kind not in "iu":
-                raise op_error(TypeError, op, f"index arrays must be integer, got {d[1]}", descs)
-            arrays.append(shape_probe(d[0], _intp))
-    try:
-        shape = shape_probe(xshape)[numpy_index(items, tuple(arrays))].shape
-    except IndexError as e:
-        raise _describe(op, descs, f"{e}; indexed shape {xshape}") from None
-    return None if has_mask else shape
+        elif d[1].kind not in "iu":
+            raise op_error(TypeError, op, f"index arrays must be integer, got {d[1]}", descs)
+    if not has_mask:
+        return _probe_index(op, items, xshape, [shape_probe(d[0], _intp) for d in adescs], descs)
+    kinds = [i[0] for i in items if i[0] in ("arr", "mask")]
+    first = [shape_probe(d[0], np.bool_) if k == "mask"
+             else shape_probe(tuple(min(n, 1) for n in d[0]), _intp)
+             for k, d in zip(kinds, adescs)]
+    _probe_index(op, items, xshape, first, descs, mask_errors_only=True)
+    items2 = []
+    second = []
+    it = iter(zip(kinds, adescs))
+    for item in items:
+        if item[0] not in ("arr", "mask"):
+            items2.append(item)
+            continue
+        kind, d = next(it)
+        if kind == "mask" and len(d[0]) > 0:
+            n = 1 if all(d[0]) else 0
+            items2.extend([("arr",)] * len(d[0]))
+            second.extend([shape_probe((n,), _intp)] * len(d[0]))
+        else:  # an integer array, or a 0-d mask (a new axis of length 0 or 1)
+            items2.append(item)
+            second.append(shape_probe(d[0], np.bool_ if kind == "mask" else _intp))
+    _probe_index(op, tuple(items2), xshape, second, descs)
+    return None
 
 
 _basic_cache = {}

@@ -37,7 +37,7 @@ def _one_hot_index_axis(op, x, index):
     """The axis the kernels of the one-hot ops index along, once ``index``'s values are in range."""
     axis = op.axis % x.ndim
     n = x.shape[axis]
-    if index.size and (index.min() < -n or index.max() >= n):
+    if index.size and (index.min() < 0 or index.max() >= n):  # no negative indices (MegEngine)
         raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
                          f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
     return axis
