@@ -109,6 +109,31 @@ def test_forked_child_gets_a_fresh_channel_and_parent_keeps_working():
     assert "parent-after 6.0 [0.0, 1.0, 2.0, 3.0, 4.0]" in out.stdout, out.stdout
 
 
+_FORK_IN_BLAS = """
+import os, numpy as np, mge, mge.functional as F
+a = mge.tensor(np.random.RandomState(0).rand(512, 512).astype("float32") / 512)
+x = a
+for _ in range(200):          # a queue of products: the worker is inside BLAS when we fork
+    x = F.matmul(x, a)
+pid = os.fork()
+if pid == 0:
+    y = (mge.tensor(np.ones(64, "float32")) * 2).sum().item()
+    z = F.matmul(a, a).numpy()
+    os._exit(0 if y == 128.0 and z.shape == (512, 512) else 1)
+_, status = os.waitpid(pid, 0)
+expect = np.linalg.matrix_power(a.numpy().astype("float64"), 201)
+print("child-status", os.waitstatus_to_exitcode(status),
+      "parent", bool(np.allclose(x.numpy(), expect, rtol=1e-3, atol=1e-30)))
+"""
+
+
+def test_a_fork_while_the_worker_is_inside_blas_leaves_both_processes_working():
+    # the fork waits for the queued work (a before-fork handler); bounded by the subprocess timeout
+    out = run_script(_FORK_IN_BLAS)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "child-status 0 parent True" in out.stdout, out.stdout + out.stderr
+
+
 def test_calling_the_channel_from_the_worker_raises_instead_of_deadlocking():
     for what in ("sync", "tensor"):
         y = apply(CallsChannel(what), big())[0]

@@ -573,7 +573,8 @@ def get_channel():
         ref = weakref.ref(_channel)
         atexit.register(_close_at_exit, ref)
         if hasattr(os, "register_at_fork"):
-            os.register_at_fork(after_in_child=lambda: _fork_child(ref))
+            os.register_at_fork(before=lambda: _fork_before(ref),
+                                after_in_child=lambda: _fork_child(ref))
     return _channel
 
 
@@ -581,6 +582,20 @@ def _close_at_exit(ref):
     ch = ref()
     if ch is not None:
         ch.close()
+
+
+def _fork_before(ref):
+    # The child gets a copy of the process as it is: a fork while the worker is inside a kernel
+    # (OpenBLAS without the GIL) copies its locks mid-operation and hung both processes.  So the
+    # queued work runs first (errors stay pending for the parent's next sync point).  A fork from
+    # inside a kernel (the worker thread itself) cannot wait for itself and proceeds.
+    ch = ref()
+    if ch is None or ch.closed or _get_ident() == ch.worker.tid:
+        return
+    try:
+        ch.wait_idle()
+    except RuntimeError:  # a dead worker: nothing runs, nothing to wait for
+        pass
 
 
 def _fork_child(ref):
