@@ -3,7 +3,9 @@
 A buffer is a numpy array.  ``execute`` is the CPU's kernel door: the kernel of the op's class
 from ``table.KERNELS`` (numpy, the C loops and CBLAS of ``handoff.py``), or, when the op frees
 an input that nothing else can see, its in-place form (an elementwise ufunc's ``out=``, or the
-op's ``INPLACE`` kernel); each output is then made an array of the dtype the op's rule declared.
+op's ``INPLACE`` kernel); each output is then made an array of the dtype the op's rule declared,
+and checked against the rule's shape (a user's kernel is not trusted: a tuple of arrays, one per
+output, each of the declared shape, else the op's error).
 
 The C layout is in ``device.pxd`` (``device_c.pxd`` includes it so that the channel can call
 ``execute`` as a C method).
@@ -106,6 +108,8 @@ class CpuDevice:
             outs = self._inplace(op, cls, inputs, descs[0], reuse)
         if outs is None:
             outs = kernel(op, *inputs)
+            if type(outs) is not tuple and type(outs) is not list:
+                raise _not_a_tuple(op, outs)
         n: cython.Py_ssize_t = len(descs)
         if len(outs) != n:
             raise RuntimeError(f"{op.name}: the CPU kernel returned {len(outs)} output(s), "
@@ -114,9 +118,13 @@ class CpuDevice:
         k: cython.Py_ssize_t
         for k in range(n):
             value = outs[k]
-            dtype = descs[k].dtype
+            desc = descs[k]
+            dtype = desc.dtype
             if type(value) is not _ndarray or value.dtype is not dtype:
                 value = _as_array(value, dtype)
+            shape = desc.shape
+            if shape is not None and value.shape != shape:
+                _check_shape(op, k, value, shape)
             result.append(value)
         return result
 
@@ -155,6 +163,23 @@ def _lookup(op, cls):
             KERNELS[cls] = kernel
             return kernel
     raise NotImplementedError(f"{op.name} has no kernel for the cpu device")
+
+
+def _not_a_tuple(op, outs):
+    # a bare array would be taken apart along its first axis, one "output" per row
+    return TypeError(f"{op.name}: the CPU kernel must return a tuple of arrays (one per output), "
+                     f"it returned {type(outs).__name__}")
+
+
+def _check_shape(op, k, value, shape):
+    # only after ``value.shape != shape``: a rule may declare its shape as a list, or numpy ints
+    try:
+        if value.shape == tuple([int(s) for s in shape]):
+            return
+    except (TypeError, ValueError):
+        pass
+    raise ValueError(f"{op.name}: the CPU kernel returned an output of shape {value.shape} for "
+                     f"output {k}, the op declares {tuple(shape)}")
 
 
 def _as_array(value, dtype):
