@@ -79,7 +79,7 @@ def apply(op, *inputs):
     cls = _Tensor
     for x in inputs:
         if not isinstance(x, cls):
-            inputs = _convert(inputs)
+            inputs = _convert(inputs, op)
             break
     try:
         chain = _chains[type(op)]
@@ -88,12 +88,12 @@ def apply(op, *inputs):
     return chain(op, inputs)
 
 
-def convert_inputs(inputs):
+def convert_inputs(inputs, op=None):
     """``inputs`` as a tuple of tensors: Python numbers and arrays converted as ``apply`` does."""
     cls = _Tensor
     for x in inputs:
         if not isinstance(x, cls):
-            return _convert(tuple(inputs))
+            return _convert(tuple(inputs), op)
     return tuple(inputs)
 
 
@@ -106,7 +106,9 @@ def _scalar_dtype(dtype, value):
         return d
 
 
-def _convert(inputs):
+def _convert(inputs, op=None):
+    # An operand no tensor can hold (a string, a complex number, None, longdouble data) is the
+    # TypeError of promote_args, naming the op: refused here, at the call.
     cls = _Tensor
     if len(inputs) == 2:  # the common ``tensor <op> number`` forms
         a, b = inputs
@@ -126,7 +128,7 @@ def _convert(inputs):
                 device = x._info.device
         else:
             others.append(x)
-    dtype = promote_args(dtypes, others)
+    dtype = promote_args(dtypes, others, "apply" if op is None else op.name)
     if device is None:
         device = as_device(None)
     return tuple(x if isinstance(x, cls) else const(x, dtype, device) for x in inputs)

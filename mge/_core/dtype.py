@@ -8,11 +8,12 @@
 MegEngine has no 64-bit default types: Python ints and int64 data become int32, Python floats and
 float64 data become float32, bools stay bool.  mge also accepts ``float64``/``int64`` when asked for
 explicitly (useful for float64 reference checks); this difference is written down in
-``docs/differences.rst``.
+``docs/differences.rst``.  A tensor's dtype is always native-endian (big-endian data is converted,
+value by value), and never wider than 64 bits (``numpy.longdouble`` is refused, as in MegEngine).
 """
 import numpy as np
 
-__all__ = ["canonical", "host_array", "promote_args", "common_dtype", "scalar_dtype"]
+__all__ = ["canonical", "host_array", "storable", "promote_args", "common_dtype", "scalar_dtype"]
 
 _NARROW = {
     np.dtype("float64"): np.dtype("float32"),
@@ -26,6 +27,23 @@ bool_ = np.dtype("bool")
 _cache = {}
 
 
+_KINDS = "mge tensors hold bool, integer or float data of at most 64 bits"
+
+
+def storable(d):
+    """The dtype a tensor holds data of numpy dtype ``d`` in, or ``None`` if it cannot.
+
+    Native byte order; the 64-bit defaults narrowed (``_NARROW``); bool, integer and float kinds
+    of at most 8 bytes (``numpy.longdouble``, complex, strings and objects have none).
+    """
+    if not d.isnative:
+        d = d.newbyteorder("=")
+    d = _NARROW.get(d, d)
+    if d.kind not in "biuf" or d.itemsize > 8:
+        return None
+    return d
+
+
 def canonical(dtype):
     """Turn a user's dtype argument (``"float32"``, ``np.int32``, ``np.dtype``) into a numpy dtype."""
     try:
@@ -36,8 +54,10 @@ def canonical(dtype):
         d = np.dtype(dtype)
     except TypeError as e:
         raise TypeError(f"unsupported dtype {dtype!r}") from e
-    if d.kind not in "biuf":
-        raise TypeError(f"unsupported dtype {d}: mge tensors hold bool, integer or float data")
+    if not d.isnative:
+        d = d.newbyteorder("=")  # ">f4" asks for float32 values: tensors are native-endian
+    if d.kind not in "biuf" or d.itemsize > 8:
+        raise TypeError(f"unsupported dtype {d}: {_KINDS}")
     try:
         _cache[dtype] = d
     except TypeError:
@@ -58,9 +78,9 @@ def host_array(data, dtype=None):
             raise TypeError(f"cannot convert {type(data).__name__} to a tensor of {dtype}: {e}") from e
         return arr
     if isinstance(data, np.ndarray):
-        d = _NARROW.get(data.dtype, data.dtype)
-        if d.kind not in "biuf":
-            raise TypeError(f"unsupported dtype {data.dtype}: mge tensors hold bool, integer or float data")
+        d = storable(data.dtype)
+        if d is None:
+            raise TypeError(f"unsupported dtype {data.dtype}: {_KINDS}")
         return np.array(data, dtype=d, order="C")
     if isinstance(data, bool):
         return np.array(data, dtype=bool_)
@@ -72,9 +92,10 @@ def host_array(data, dtype=None):
         arr = np.asarray(data)
     except (ValueError, TypeError) as e:
         raise TypeError(f"cannot convert {type(data).__name__} to a tensor: {e}") from e
-    d = _NARROW.get(arr.dtype, arr.dtype)
-    if d.kind not in "biuf":
-        raise TypeError(f"cannot convert {type(data).__name__} with dtype {arr.dtype} to a tensor")
+    d = storable(arr.dtype)
+    if d is None:
+        raise TypeError(f"cannot convert {type(data).__name__} with dtype {arr.dtype} to a tensor: "
+                        f"{_KINDS}")
     return np.array(arr, dtype=d, order="C")
 
 
@@ -111,12 +132,13 @@ def scalar_dtype(dtype, value):
     return dtype
 
 
-def promote_args(tensor_dtypes, others):
+def promote_args(tensor_dtypes, others, name="apply"):
     """The dtype given to non-tensor arguments of ``apply`` (MegEngine's ``_dtype_promotion``).
 
     ``tensor_dtypes`` are the dtypes of the tensor and array arguments; ``others`` are the Python
     values.  Python numbers are weak: they do not widen a tensor's dtype, except that a float meets
-    integers with float32.
+    integers with float32.  An operand no tensor can hold (a string, a complex number, ``None``,
+    ``numpy.longdouble`` data) is a ``TypeError`` naming ``name`` (the op) and the operand's type.
     """
     has_float = has_int = False
     for v in others:
@@ -127,8 +149,14 @@ def promote_args(tensor_dtypes, others):
         elif isinstance(v, float):
             has_float = True
         else:
-            a = np.asarray(v)
-            d = _NARROW.get(a.dtype, a.dtype)
+            try:
+                a = np.asarray(v)
+            except (TypeError, ValueError) as e:
+                raise TypeError(f"{name}: cannot take an operand of type {type(v).__name__}: {e}") from None
+            d = storable(a.dtype)
+            if d is None:
+                raise TypeError(f"{name}: an operand of type {type(v).__name__} (numpy dtype {a.dtype}) "
+                                f"is not supported: {_KINDS}")
             tensor_dtypes = tensor_dtypes + [d] if isinstance(tensor_dtypes, list) else list(tensor_dtypes) + [d]
     if tensor_dtypes:
         d = tensor_dtypes[0]

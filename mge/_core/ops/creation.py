@@ -7,6 +7,7 @@ CPU kernels (``device/cpu/kernels/creation.py``) compute in float64 on the host 
 ``dtype`` once, so ``float32`` results are the correctly rounded float64 values.
 """
 import math
+import sys
 
 from .base import OpDef, TensorDesc, def_infer, op_error
 
@@ -51,11 +52,26 @@ def _no_inputs(op, descs):
         raise op_error(TypeError, op, f"takes no tensor inputs, got {len(descs)}", descs)
 
 
+def _check_bytes(op, shape):
+    # the byte size of the result must fit an index: refused here, at the call, not by the
+    # kernel's allocation after the fact.  numpy's rule: the product of the non-zero sizes
+    n = 1
+    for s in shape:
+        if s:
+            n *= s
+    if n * op.dtype.itemsize > sys.maxsize:
+        raise op_error(ValueError, op, f"a tensor of shape {tuple(shape)} and dtype {op.dtype} is "
+                       f"too large (its byte size must be at most {sys.maxsize})")
+
+
 @def_infer(Fill)
 def _infer_fill(op, descs):
     _no_inputs(op, descs)
-    if any(s < 0 for s in op.shape):
-        raise op_error(ValueError, op, f"negative size in shape {op.shape}")
+    for i, s in enumerate(op.shape):
+        if s < 0:  # MegEngine: "expect shape[0] >= 0 or use `None` to auto infer, got -1"
+            raise op_error(ValueError, op, f"negative size in shape {op.shape}: expect "
+                           f"shape[{i}] >= 0, got {s}")
+    _check_bytes(op, op.shape)
     return [TensorDesc(op.shape, op.dtype)]
 
 
@@ -69,7 +85,9 @@ def _infer_arange(op, descs):
     _no_inputs(op, descs)
     if op.step == 0:
         raise op_error(ValueError, op, "step must not be zero")
-    return [TensorDesc((arange_length(op.start, op.stop, op.step),), op.dtype)]
+    shape = (arange_length(op.start, op.stop, op.step),)
+    _check_bytes(op, shape)
+    return [TensorDesc(shape, op.dtype)]
 
 
 @def_infer(Linspace)
@@ -77,6 +95,7 @@ def _infer_linspace(op, descs):
     _no_inputs(op, descs)
     if op.num < 0:
         raise op_error(ValueError, op, f"num must be non-negative, got {op.num}")
+    _check_bytes(op, (op.num,))
     return [TensorDesc((op.num,), op.dtype)]
 
 
@@ -85,4 +104,5 @@ def _infer_eye(op, descs):
     _no_inputs(op, descs)
     if op.N < 0 or op.M < 0:
         raise op_error(ValueError, op, f"sizes must be non-negative, got N={op.N}, M={op.M}")
+    _check_bytes(op, (op.N, op.M))
     return [TensorDesc((op.N, op.M), op.dtype)]
