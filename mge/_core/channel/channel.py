@@ -18,6 +18,11 @@ other files (named in ``__init__.py``) hold the worker's side, swap/drop and DTR
   on the caller's thread as ``AsyncError`` (``__cause__``: the original), once; at
   ``async_level=0`` the original error is raised by the call that caused it.
 
+Threads.  Several Python threads may use the channel at once: one reentrant lock (``lock``)
+serialises the callers' threads -- a call, waits included, runs as if it were the only one, and
+another thread's call waits for it with the GIL free -- while the worker needs no part of it (a
+kernel calling the channel is refused before it could wait for the lock).  Scopes are per thread.
+
 The channel holds each tensor's *buffer* and never looks inside it: shapes, storage and host
 copies come from the buffer's device (``info.device.impl``, ``mge/_core/device/base.py``).
 """
@@ -93,8 +98,12 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         self.cpu = as_device("cpu0").impl  # the host: tiny values are computed there
         self.dtr = DynamicSublinear()  # DTR's policy and statistics (worker-side state)
         self.dtr_entries = self.dtr.entries  # (the same dict for good) empty: no DTR state to keep
+        # One reentrant lock serialises the callers' threads: a channel call runs as if it were
+        # the only one (waits included: another thread's call waits for it, with the GIL free).
+        # The worker needs no part of it, so nothing it waits for can wait on it.
+        self.lock = threading.RLock()
+        self._threads = threading.local()  # per calling thread: its scopes
         self._init_worker_state()
-        self.scopes = []
         self.stats = {"fused_dels": 0, "recomputed": 0}
         if _BLAS_INFO["reason"] == "not searched":
             _install_blas(_handoff.CPU)
@@ -140,12 +149,113 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             q.popleft()
             self._process(cmd)
 
-    def flush(self):
+    def _flush_locked(self):
         """Run or hand over the buffered commands (no waiting)."""
         self.buffer.flush()
         self._pump()
 
+    # -- the callers' threads: one reentrant lock serialises them (see the module docstring) ------
+    def put(self, value, device, no_cache=False):
+        """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
+        if _get_ident() == self.worker.tid:
+            self._check("put")  # raises: a kernel must not wait for the lock its caller holds
+        lock = self.lock
+        lock.acquire()
+        try:
+            return self._put_locked(value, device, no_cache)
+        finally:
+            lock.release()
+
+    def apply_op(self, op, inputs):
+        """Apply ``op`` to the input infos; returns the output infos at once."""
+        if _get_ident() == self.worker.tid:
+            self._check("apply_op")  # raises (as in put)
+        lock = self.lock
+        lock.acquire()
+        try:
+            return self._apply_op_locked(op, inputs)
+        finally:
+            lock.release()
+
+    def sync(self):
+        """Wait until every command issued so far has run; raise pending worker errors."""
+        self._enter("sync")
+        try:
+            self._sync_locked()
+        finally:
+            self.lock.release()
+
+    def wait_idle(self):
+        """Flush and wait for the worker to drain, without raising its errors."""
+        self._enter("wait_idle")
+        try:
+            self._wait_idle_locked()
+        finally:
+            self.lock.release()
+
+    def flush(self):
+        """Run or hand over the buffered commands (no waiting)."""
+        self._enter("flush")
+        try:
+            self._flush_locked()
+        finally:
+            self.lock.release()
+
+    def set_option(self, name, value):
+        """Set option ``name`` (the worker applies it when it reaches this point of the queue)."""
+        self._enter("set_option")
+        try:
+            self._set_option_locked(name, value)
+        finally:
+            self.lock.release()
+
+    def push_scope(self, name):
+        """Open a named scope (profiler annotations); scopes are per thread."""
+        self._enter("push_scope")
+        try:
+            self._push_scope_locked(name)
+        finally:
+            self.lock.release()
+
+    def pop_scope(self, name):
+        """Close the calling thread's innermost scope, which must be ``name``."""
+        self._enter("pop_scope")
+        try:
+            self._pop_scope_locked(name)
+        finally:
+            self.lock.release()
+
+    def swap_out(self, info):
+        """Move the value to host memory (``enable_swap``; otherwise nothing, as in MegEngine)."""
+        self._enter("swap_out")
+        try:
+            self._swap_out_locked(info)
+        finally:
+            self.lock.release()
+
+    def swap_in(self, info):
+        """Bring a swapped-out value back to its device (``enable_swap``)."""
+        self._enter("swap_in")
+        try:
+            self._swap_in_locked(info)
+        finally:
+            self.lock.release()
+
+    def drop(self, info):
+        """Free the value; it is recomputed from its producer when used (``enable_drop``)."""
+        self._enter("drop")
+        try:
+            self._drop_locked(info)
+        finally:
+            self.lock.release()
+
     # -- guards --------------------------------------------------------------------------------
+    def _enter(self, what):
+        # Checks first (closed; called from inside a kernel, which must not wait for the lock the
+        # waiting caller holds), then takes the callers' lock; the caller releases it.
+        self._check(what)
+        self.lock.acquire()
+
     def _check(self, what):
         if self.closed:
             raise RuntimeError(f"the channel is closed ({what})")
@@ -156,7 +266,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             )
 
     # -- creating and freeing ------------------------------------------------------------------
-    def put(self, value, device, no_cache=False):
+    def _put_locked(self, value, device, no_cache=False):
         """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
         self._check("put")
         info: TensorInfo = _new_info(value.shape, value.dtype, device)
@@ -171,6 +281,20 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         """The user dropped ``info``: its storage may be freed once queued ops are done with it."""
         info: TensorInfo = info_
         if info.deleted or self.closed:
+            return
+        if _get_ident() == self.worker.tid:  # a finalizer on the worker: see _del_locked
+            self._del_locked(info)
+            return
+        lock = self.lock
+        lock.acquire()
+        try:
+            self._del_locked(info)
+        finally:
+            lock.release()
+
+    def _del_locked(self, info_):
+        info: TensorInfo = info_
+        if info.deleted:
             return
         info.deleted = True
         if not info.in_worker:  # never seen by the worker: nothing queued can still read it
@@ -193,7 +317,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                 handoff.yield_to_worker()
 
     # -- computing -----------------------------------------------------------------------------
-    def apply_op(self, op, inputs):
+    def _apply_op_locked(self, op, inputs):
         """Apply ``op`` to the input infos; returns the output infos at once."""
         if self.closed or _get_ident() == self.worker.tid:
             self._check("apply_op")
@@ -303,8 +427,11 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         """The value as a read-only host array (waits for it; raises pending worker errors)."""
         value = info.value
         if value is None or self.errors or info.error is not None:
-            self._check("get_value")
-            self._wait(info)
+            self._enter("get_value")
+            try:
+                self._wait(info)
+            finally:
+                self.lock.release()
             value = info.value
         impl = info.device.impl
         if type(impl) is CpuDevice:
@@ -316,8 +443,11 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         """The shape; waits only when the op's rule could not tell it."""
         shape = info.shape
         if shape is None:
-            self._check("get_shape")
-            self._wait(info)
+            self._enter("get_shape")
+            try:
+                self._wait(info)
+            finally:
+                self.lock.release()
             shape = info.shape
         return shape
 
@@ -365,7 +495,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                 self.waiting_for = None
 
     # -- control -------------------------------------------------------------------------------
-    def sync(self):
+    def _sync_locked(self):
         """Wait until every command issued so far has run; raise pending worker errors."""
         self._check("sync")
         self._sync()
@@ -380,7 +510,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             with self.cv:
                 self._raise_errors(original)
 
-    def wait_idle(self):
+    def _wait_idle_locked(self):
         """Flush and wait for the worker to drain, without raising its errors."""
         with self.cv:
             self.waiting = True
@@ -420,12 +550,18 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             return
         if threading.get_ident() == self.worker.tid:
             raise RuntimeError("channel.close was called from the worker thread")
+        # At exit another (daemon) thread may hold the lock for good: close anyway after a while.
+        held = self.lock.acquire(timeout=10)
         try:
-            self.wait_idle()
-        except RuntimeError:
-            pass
-        self.worker.stop()
-        self.closed = True
+            try:
+                self._wait_idle_locked()
+            except RuntimeError:
+                pass
+            self.worker.stop()
+            self.closed = True
+        finally:
+            if held:
+                self.lock.release()
         if self.errors:
             errors, self.errors = self.errors, []
             print(f"mge: {len(errors)} error(s) from asynchronous ops were never read "
@@ -433,7 +569,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             for e in errors:
                 print(f"  {type(e).__name__}: {e}", file=sys.stderr)
 
-    def set_option(self, name, value):
+    def _set_option_locked(self, name, value):
         self._check("set_option")
         # the caller's state changes now; the worker's when it reaches the SetOption (seed 003)
         self.buffer.enqueue(Command(SET_OPTION, value=self.options.set(name, value)))
@@ -448,35 +584,42 @@ class Channel(Executor, SwapDrop, DtrMechanism):
     def get_option(self, name):
         return self.options.get(name)
 
-    def push_scope(self, name):
-        """Open a named scope (profiler annotations)."""
+    @property
+    def scopes(self):
+        """The calling thread's open scopes, outermost first (each thread has its own)."""
+        scopes = getattr(self._threads, "scopes", None)
+        if scopes is None:
+            scopes = self._threads.scopes = []
+        return scopes
+
+    def _push_scope_locked(self, name):
         self._check("push_scope")
         self.scopes.append(name)
         self.buffer.enqueue(Command(PUSH_SCOPE, value=name))
 
-    def pop_scope(self, name):
-        """Close the innermost scope, which must be ``name``."""
+    def _pop_scope_locked(self, name):
         self._check("pop_scope")
-        if not self.scopes or self.scopes[-1] != name:
-            top = self.scopes[-1] if self.scopes else None
+        scopes = self.scopes
+        if not scopes or scopes[-1] != name:
+            top = scopes[-1] if scopes else None
             raise ValueError(f"pop_scope({name!r}) does not match the innermost scope {top!r}")
-        self.scopes.pop()
+        scopes.pop()
         self.buffer.enqueue(Command(POP_SCOPE, value=name))
 
     # -- swap and drop ---------------------------------------------------------------------------
-    def swap_out(self, info):
+    def _swap_out_locked(self, info):
         """Move the value to host memory (``enable_swap``; otherwise nothing, as in MegEngine)."""
         self._check("swap_out")
         if self.options.values["enable_swap"]:
             self._enqueue_for(info, SWAP_OUT)
 
-    def swap_in(self, info):
+    def _swap_in_locked(self, info):
         """Bring a swapped-out value back to its device (``enable_swap``)."""
         self._check("swap_in")
         if self.options.values["enable_swap"]:
             self._enqueue_for(info, SWAP_IN)
 
-    def drop(self, info):
+    def _drop_locked(self, info):
         """Free the value; it is recomputed from its producer when used (``enable_drop``)."""
         self._check("drop")
         if self.options.values["enable_drop"]:
@@ -523,6 +666,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                     if o.value is None:
                         o.error = lost
         self.cv = threading.Condition()
+        self.lock = threading.RLock()  # (another thread may have held the old one at the fork)
         self.memory.reset_lock()
         self._init_worker_state()
 
