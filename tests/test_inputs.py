@@ -134,8 +134,6 @@ def test_the_channel_is_usable_after_a_refused_kernel():
     np.testing.assert_array_equal((_worker_input() + 1).numpy(), np.arange(N) + 1)
 
 
-@pytest.mark.xfail(strict=True, reason="the channel (channel.py apply_op) hands a shape rule plain "
-                   "(shape, dtype) tuples, not TensorDesc: remove this marker once it does")
 def test_a_shape_rule_receives_descs_with_shape_and_dtype():
     SEEN.clear()
     mge.config.async_level = 0

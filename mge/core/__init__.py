@@ -11,7 +11,8 @@ from .._core.errors import AsyncError, TraceError, UnusableTensorError
 from .._core.autodiff.registry import def_backward
 from .._core.device import Device, register_device_kind
 from .._core.device.cpu import def_kernel
-from .._core.ops.base import OpDef, TensorDesc, def_infer
+from .._core.ops.base import OpDef, TensorDesc
+from .._core.ops.base import def_infer as _def_infer
 from .._core.plugins import (
     disable_transformation, enable_transformation, get_plugin, plugin_errors, plugins,
     register_transformation, transformations,
@@ -31,6 +32,19 @@ __all__ = [
 ]
 
 ops = _core.ops
+
+
+def def_infer(cls):
+    """Decorator: register ``fn(op, descs) -> [TensorDesc, ...]`` as the shape/dtype rule of
+    ``cls``; ``descs`` are ``TensorDesc`` objects (``.shape``, ``None`` while unknown, and
+    ``.dtype``), one per input.  The rule raises ``ValueError``/``TypeError`` for bad inputs."""
+    def deco(fn):
+        def rule(op, descs):
+            return fn(op, [TensorDesc(d[0], d[1]) for d in descs])
+        rule.__name__ = getattr(fn, "__name__", "rule")
+        _def_infer(cls)(rule)
+        return fn
+    return deco
 
 
 def get_option(name):
