@@ -35,9 +35,11 @@ import weakref
 import cython
 
 from .. import _accel
-from ..device import DEVICE_KINDS, as_device
+from ..device import as_device
 from ..device.cpu.blas import INFO as _BLAS_INFO, install as _install_blas
 from ..ops.base import INFER
+from .introspection import Introspection
+from .locking import LockedCalls
 from .options import Options
 from .worker import Worker
 
@@ -87,7 +89,7 @@ class AsyncError(RuntimeError):
     """
 
 
-class Channel(Executor, SwapDrop, DtrMechanism):
+class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
     """Executes ops on devices and owns every tensor's buffer."""
 
     def __init__(self):
@@ -150,11 +152,10 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             self._process(cmd)
 
     def _flush_locked(self):
-        """Run or hand over the buffered commands (no waiting)."""
         self.buffer.flush()
         self._pump()
 
-    # -- the callers' threads: one reentrant lock serialises them (see the module docstring) ------
+    # -- the callers' threads: one reentrant lock serialises them (locking.py) ------------------
     def put(self, value, device, no_cache=False):
         """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
         if _get_ident() == self.worker.tid:
@@ -177,85 +178,7 @@ class Channel(Executor, SwapDrop, DtrMechanism):
         finally:
             lock.release()
 
-    def sync(self):
-        """Wait until every command issued so far has run; raise pending worker errors."""
-        self._enter("sync")
-        try:
-            self._sync_locked()
-        finally:
-            self.lock.release()
-
-    def wait_idle(self):
-        """Flush and wait for the worker to drain, without raising its errors."""
-        self._enter("wait_idle")
-        try:
-            self._wait_idle_locked()
-        finally:
-            self.lock.release()
-
-    def flush(self):
-        """Run or hand over the buffered commands (no waiting)."""
-        self._enter("flush")
-        try:
-            self._flush_locked()
-        finally:
-            self.lock.release()
-
-    def set_option(self, name, value):
-        """Set option ``name`` (the worker applies it when it reaches this point of the queue)."""
-        self._enter("set_option")
-        try:
-            self._set_option_locked(name, value)
-        finally:
-            self.lock.release()
-
-    def push_scope(self, name):
-        """Open a named scope (profiler annotations); scopes are per thread."""
-        self._enter("push_scope")
-        try:
-            self._push_scope_locked(name)
-        finally:
-            self.lock.release()
-
-    def pop_scope(self, name):
-        """Close the calling thread's innermost scope, which must be ``name``."""
-        self._enter("pop_scope")
-        try:
-            self._pop_scope_locked(name)
-        finally:
-            self.lock.release()
-
-    def swap_out(self, info):
-        """Move the value to host memory (``enable_swap``; otherwise nothing, as in MegEngine)."""
-        self._enter("swap_out")
-        try:
-            self._swap_out_locked(info)
-        finally:
-            self.lock.release()
-
-    def swap_in(self, info):
-        """Bring a swapped-out value back to its device (``enable_swap``)."""
-        self._enter("swap_in")
-        try:
-            self._swap_in_locked(info)
-        finally:
-            self.lock.release()
-
-    def drop(self, info):
-        """Free the value; it is recomputed from its producer when used (``enable_drop``)."""
-        self._enter("drop")
-        try:
-            self._drop_locked(info)
-        finally:
-            self.lock.release()
-
     # -- guards --------------------------------------------------------------------------------
-    def _enter(self, what):
-        # Checks first (closed; called from inside a kernel, which must not wait for the lock the
-        # waiting caller holds), then takes the callers' lock; the caller releases it.
-        self._check(what)
-        self.lock.acquire()
-
     def _check(self, what):
         if self.closed:
             raise RuntimeError(f"the channel is closed ({what})")
@@ -267,7 +190,6 @@ class Channel(Executor, SwapDrop, DtrMechanism):
 
     # -- creating and freeing ------------------------------------------------------------------
     def _put_locked(self, value, device, no_cache=False):
-        """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
         self._check("put")
         info: TensorInfo = _new_info(value.shape, value.dtype, device)
         if value.size <= HOST_COMPUTE_SIZE:
@@ -318,7 +240,6 @@ class Channel(Executor, SwapDrop, DtrMechanism):
 
     # -- computing -----------------------------------------------------------------------------
     def _apply_op_locked(self, op, inputs):
-        """Apply ``op`` to the input infos; returns the output infos at once."""
         if self.closed or _get_ident() == self.worker.tid:
             self._check("apply_op")
         values = self.options.values
@@ -496,7 +417,6 @@ class Channel(Executor, SwapDrop, DtrMechanism):
 
     # -- control -------------------------------------------------------------------------------
     def _sync_locked(self):
-        """Wait until every command issued so far has run; raise pending worker errors."""
         self._check("sync")
         self._sync()
 
@@ -511,7 +431,6 @@ class Channel(Executor, SwapDrop, DtrMechanism):
                 self._raise_errors(original)
 
     def _wait_idle_locked(self):
-        """Flush and wait for the worker to drain, without raising its errors."""
         with self.cv:
             self.waiting = True
             try:
@@ -605,54 +524,6 @@ class Channel(Executor, SwapDrop, DtrMechanism):
             raise ValueError(f"pop_scope({name!r}) does not match the innermost scope {top!r}")
         scopes.pop()
         self.buffer.enqueue(Command(POP_SCOPE, value=name))
-
-    # -- swap and drop ---------------------------------------------------------------------------
-    def _swap_out_locked(self, info):
-        """Move the value to host memory (``enable_swap``; otherwise nothing, as in MegEngine)."""
-        self._check("swap_out")
-        if self.options.values["enable_swap"]:
-            self._enqueue_for(info, SWAP_OUT)
-
-    def _swap_in_locked(self, info):
-        """Bring a swapped-out value back to its device (``enable_swap``)."""
-        self._check("swap_in")
-        if self.options.values["enable_swap"]:
-            self._enqueue_for(info, SWAP_IN)
-
-    def _drop_locked(self, info):
-        """Free the value; it is recomputed from its producer when used (``enable_drop``)."""
-        self._check("drop")
-        if self.options.values["enable_drop"]:
-            self._enqueue_for(info, DROP_CMD)
-
-    def _enqueue_for(self, info, kind):
-        if info.deleted:
-            raise RuntimeError("the tensor was already deleted")
-        info.in_worker = True
-        self.buffer.enqueue(Command(kind, dest=info))
-
-    # -- the test API (documented: tests use it instead of private fields) -------------------
-    def counters(self):
-        """Counters since start: ``inplace`` (kernels that wrote into a freed input's buffer),
-        ``fused_dels`` (Dels fused into the op that last read their tensor), ``recomputed``
-        (producers run again for dropped or evicted tensors)."""
-        out = dict(self.stats)
-        out["inplace"] = sum(getattr(d, "inplace", 0) for kind in DEVICE_KINDS.values()
-                             for d in kind.impls.values())
-        return out
-
-    def buffered(self):
-        """The commands held in the command buffer (not yet handed on), oldest first, as
-        ``(kind, op, inputs, dels)``; ``kind`` is a name (``"ApplyOp"``, ``"Del"``...)."""
-        return [(_cb.KIND_NAMES[c.kind], c.op, c.inputs, c.dels) for c in self.buffer.commands]
-
-    def worker_thread(self):
-        """The ident of the worker thread (``None`` before it first ran)."""
-        return self.worker.tid
-
-    def idle(self):
-        """Whether nothing is buffered, queued or running."""
-        return not self.buffer.commands and not self.buffer.pending and self.worker.finished()
 
     # -- fork ------------------------------------------------------------------------------------
     def _after_fork_in_child(self):
