@@ -5,7 +5,8 @@ A hot module (see ``mge._core._accel``): every elementwise op walks through
 loads it.
 
 * Elementwise ops on tensors of different dtypes compute in their common dtype (int32 with float16
-  gives float16, float16 with float32 gives float32).
+  gives float32, float16 with float32 gives float32); ``where``'s branches meet in MegEngine's
+  ``dtype_promotion`` (int32 with float16 gives float16).
 * Modes that only make sense on floats (``true_div``, ``exp``, ``sigmoid``...) turn integer inputs
   into float32: ``int / int`` is float32 in MegEngine.
 * Under ``mge.amp.autocast`` (``mge.amp.enabled``), matrix products and convolutions run in
@@ -17,7 +18,7 @@ import numpy as np
 
 from mge._core import _accel
 from mge._core import ops
-from mge._core.dtype import common_dtype
+from mge._core.dtype import common_dtype, where_dtype
 from mge._core.ops import Elemwise, TypeCvt
 from mge._core.ops import elemwise as _elemwise
 from mge.core import Transformation
@@ -130,11 +131,11 @@ def _rules():
 
 
 def _where_rule(op, inputs, next):
-    # The mask stays bool; the two branches meet in their common dtype.
+    # The mask stays bool; the two branches meet in where's own dtype rule (not the elementwise one).
     mask, x, y = inputs
     if x.dtype == y.dtype:
         return next(op, inputs)
-    dtype = common_dtype([x.dtype, y.dtype])
+    dtype = where_dtype([x.dtype, y.dtype])
     return next(op, (mask,) + _promote(next, (x, y), dtype))
 
 

@@ -13,7 +13,8 @@ value by value), and never wider than 64 bits (``numpy.longdouble`` is refused, 
 """
 import numpy as np
 
-__all__ = ["canonical", "host_array", "storable", "promote_args", "common_dtype", "scalar_dtype"]
+__all__ = ["canonical", "host_array", "storable", "promote_args", "common_dtype", "where_dtype",
+           "scalar_dtype"]
 
 _NARROW = {
     np.dtype("float64"): np.dtype("float32"),
@@ -22,6 +23,7 @@ _NARROW = {
     np.dtype("uint32"): np.dtype("int32"),
 }
 float32 = np.dtype("float32")
+float16 = np.dtype("float16")
 int32 = np.dtype("int32")
 bool_ = np.dtype("bool")
 _cache = {}
@@ -102,8 +104,9 @@ def host_array(data, dtype=None):
 def common_dtype(dtypes):
     """The dtype mixed inputs compute in (MegEngine's rules).
 
-    Numpy promotion, except: bool mixed with numbers computes in float32; float64 appears only
-    if an input is float64; mixing signed and unsigned integers is an error, as in MegEngine.
+    Numpy promotion, except: bool mixed with numbers computes in float32; float16 mixed with
+    integers computes in float32; float64 appears only if an input is float64; mixing signed and
+    unsigned integers is an error, as in MegEngine.
     """
     kinds = {x.kind for x in dtypes}
     if "b" in kinds and len(kinds) > 1:
@@ -118,7 +121,28 @@ def common_dtype(dtypes):
             d = np.promote_types(d, x)
     if d == np.float64 and all(x != np.float64 for x in dtypes):
         d = float32  # e.g. int32 with float16 gives float64 in numpy; MegEngine says float32
+    elif d == float16 and kinds != {"f"}:
+        d = float32  # float16 with int8/uint8 is float16 in numpy; MegEngine says float32
     return d
+
+
+def where_dtype(dtypes):
+    """The dtype ``where``'s two branches meet in (MegEngine's ``dtype_promotion``).
+
+    Not the elementwise rule: the widest float among the inputs wins outright (``float16`` with
+    ``int32`` is ``float16``), integers promote as in numpy whatever their signedness (``int8``
+    with ``uint8`` is ``int16``), and a bool gives way to any number.
+    """
+    floats = [x for x in dtypes if x.kind == "f"]
+    if floats:
+        return max(floats, key=lambda x: x.itemsize)
+    ints = [x for x in dtypes if x.kind in "iu"]
+    if not ints:
+        return bool_
+    d = ints[0]
+    for x in ints[1:]:
+        d = np.promote_types(d, x)
+    return _NARROW.get(d, d)
 
 
 def scalar_dtype(dtype, value):

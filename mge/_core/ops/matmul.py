@@ -23,6 +23,7 @@ from .base import OpDef, TensorDesc, def_infer, op_error
 __all__ = ["MatrixMul", "BatchedMatrixMul", "Dot", "MatInv", "SVD"]
 
 _float32 = np.dtype("float32")
+_int32 = np.dtype("int32")
 _COMPUTE_MODES = ("default", "float32")
 MIN_WORKER_WORK = 1 << 18  # multiply-adds: a product this large runs on the worker thread
 
@@ -91,7 +92,15 @@ def _two_inputs(op, descs):
     if a[1].kind == "b" or b[1].kind == "b":
         raise op_error(TypeError, op, "bool inputs are not supported", descs)
     dtype = a[1] if a[1] == b[1] else common_dtype([a[1], b[1]])
-    return a, b, dtype
+    return a, b, product_dtype(dtype)
+
+
+def product_dtype(dtype):
+    """The dtype of a product of two ``dtype`` matrices: integers narrower than 32 bits
+    accumulate and answer in int32 (MegEngine: int8 by int8 is int32)."""
+    if dtype.kind in "iu" and dtype.itemsize < 4:
+        return _int32
+    return dtype
 
 
 @def_infer(MatrixMul)

@@ -7,7 +7,7 @@ live in ``creation.py``; this module re-exports them.
 """
 import numpy as np
 
-from ..dtype import common_dtype
+from ..dtype import common_dtype, where_dtype
 from .base import OpDef, TensorDesc, def_infer, op_error
 from .creation import *  # noqa: F401,F403
 from .creation import __all__ as _creation_all
@@ -358,7 +358,7 @@ def _infer_where(op, descs):
     _nargs(op, descs, 3)
     if descs[0][1].kind not in "biu" and descs[1][1] != descs[0][1]:
         raise op_error(TypeError, op, "mask must be a bool tensor", descs)
-    dtype = common_dtype([descs[1][1], descs[2][1]])
+    dtype = where_dtype([descs[1][1], descs[2][1]])
     return [TensorDesc(_bcast(op, [d[0] for d in descs], descs), dtype)]
 
 

@@ -7,7 +7,9 @@ thread runs large ones beside the caller's Python); the rest is numpy.
 import numpy as np
 
 from .... import _accel
-from ....ops.matmul import SVD, BatchedMatrixMul, Dot, MatInv, MatrixMul, float_dtype
+from ....ops.matmul import (
+    SVD, BatchedMatrixMul, Dot, MatInv, MatrixMul, float_dtype, product_dtype,
+)
 from ..table import def_kernel
 
 _CPU = _accel.load("mge._core.device.cpu.handoff").CPU  # float32/64 GEMMs without the GIL
@@ -24,9 +26,11 @@ def _matmul_kernel(op, a, b):
         a = np.swapaxes(a, -1, -2)
     if op.transposeB and b.ndim >= 2:
         b = np.swapaxes(b, -1, -2)
-    dtype = a.dtype
+    dtype = product_dtype(a.dtype)
     if op.compute_mode == "float32" and dtype == _float16:
         return (np.matmul(a.astype(_float32), b.astype(_float32)).astype(dtype),)
+    if dtype != a.dtype:  # narrow integers accumulate in int32
+        a, b = a.astype(dtype), b.astype(dtype)
     return (np.asarray(np.matmul(a, b), dtype=dtype),)
 
 
@@ -36,7 +40,8 @@ def_kernel(BatchedMatrixMul)(_matmul_kernel)
 
 @def_kernel(Dot)
 def _cpu_dot(op, a, b):
-    return (np.asarray(np.dot(a.reshape(-1), b.reshape(-1)), dtype=a.dtype),)
+    dtype = product_dtype(a.dtype)
+    return (np.asarray(np.dot(a.reshape(-1).astype(dtype), b.reshape(-1).astype(dtype)), dtype=dtype),)
 
 
 def _work(x, dtype):
