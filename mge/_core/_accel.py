@@ -12,6 +12,7 @@ import os
 HOT_MODULES = (
     "mge._core.channel.handles",
     "mge._core.channel.command_buffer",
+    "mge._core.channel.caller_lock",
     "mge._core.device.memory",
     "mge._core.device.cpu.handoff",
     "mge._core.device.cpu.device",

@@ -2,6 +2,8 @@
 
 * ``channel.py`` -- ``Channel``, the caller's side: ``put``, ``apply_op``, ``del_``, reading values
   and shapes, waiting, errors, options, scopes, the test API, fork.
+* ``caller_lock.py`` -- ``CallerLock``, the reentrant lock that serialises the callers' threads
+  and refuses the worker's (a few C field reads per op when compiled).
 * ``locking.py`` -- the public calls off the per-op path, each under the callers' lock.
 * ``introspection.py`` -- the test API (``counters``, ``buffered``, ``worker_thread``, ``idle``).
 * ``executor.py`` -- the worker's side: running commands, the one call of a device's kernel door.

@@ -49,6 +49,7 @@ _mem = _accel.load("mge._core.device.memory")
 _cb = _accel.load("mge._core.channel.command_buffer")
 _dtr = _accel.load("mge._core.dtr")
 _handoff = _accel.load("mge._core.device.cpu.handoff")
+_caller_lock = _accel.load("mge._core.channel.caller_lock")
 _cpu = _accel.load("mge._core.device.cpu.device")
 _ex = _accel.load("mge._core.channel.executor")
 Executor, UnusableTensorError = _ex.Executor, _ex.UnusableTensorError
@@ -57,12 +58,14 @@ SwapDrop = _accel.load("mge._core.channel.swap_drop").SwapDrop
 DtrMechanism = _accel.load("mge._core.channel.dtr_mechanism").DtrMechanism
 DynamicSublinear = _dtr.DynamicSublinear
 if cython.compiled:  # the C types, so that the per-op path reads fields as struct members
+    from cython.cimports.mge._core.channel.caller_lock_c import CallerLock
     from cython.cimports.mge._core.channel.handles_c import TensorInfo
     from cython.cimports.mge._core.device.cpu.device_c import CpuDevice
     from cython.cimports.mge._core.device.cpu.handoff_c import Handoff
     from cython.cimports.mge._core.device.memory_c import MemoryStats
 else:
     Handoff = _handoff.Handoff
+    CallerLock = _caller_lock.CallerLock
     TensorInfo = _h.TensorInfo
     MemoryStats = _mem.MemoryStats
     CpuDevice = _cpu.CpuDevice
@@ -100,10 +103,6 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self.cpu = as_device("cpu0").impl  # the host: tiny values are computed there
         self.dtr = DynamicSublinear()  # DTR's policy and statistics (worker-side state)
         self.dtr_entries = self.dtr.entries  # (the same dict for good) empty: no DTR state to keep
-        # One reentrant lock serialises the callers' threads: a channel call runs as if it were
-        # the only one (waits included: another thread's call waits for it, with the GIL free).
-        # The worker needs no part of it, so nothing it waits for can wait on it.
-        self.lock = threading.RLock()
         self._threads = threading.local()  # per calling thread: its scopes
         self._init_worker_state()
         self.stats = {"fused_dels": 0, "recomputed": 0}
@@ -111,8 +110,13 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
             _install_blas(_handoff.CPU)
 
     def _init_worker_state(self):
+        # One reentrant lock serialises the callers' threads: a channel call runs as if it were
+        # the only one (waits included: another thread's call waits for it, with the GIL free).
+        # The worker never takes it, so nothing it waits for can wait on it (caller_lock.py).
+        self.lock = CallerLock()
         self.handoff = Handoff()  # when the worker gets the GIL from the caller (handoff.py)
-        self.worker = Worker(self._process, self.cv, self.handoff, lambda: self.waiting, _offload)
+        self.worker = Worker(self._process, self.cv, self.handoff, lambda: self.waiting, _offload,
+                             lock=self.lock)
         # At async_level 0 every op is waited for anyway: flushed commands then run right here on
         # the caller's thread, which saves the two thread handoffs per op of a round trip.
         self.inline = self.options.values["async_level"] == 0
@@ -158,153 +162,51 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
     # -- the callers' threads: one reentrant lock serialises them (locking.py) ------------------
     def put(self, value, device, no_cache=False):
         """A new tensor holding ``value`` (a host array the channel now owns) on ``device``."""
-        if _get_ident() == self.worker.tid:
-            self._check("put")  # raises: a kernel must not wait for the lock its caller holds
-        lock = self.lock
-        lock.acquire()
+        lock: CallerLock = self.lock
+        if not lock.enter():
+            self._from_worker("put")  # raises: a kernel must not wait for the lock its caller holds
         try:
-            return self._put_locked(value, device, no_cache)
+            return _put_locked(self, value, device, no_cache)
         finally:
-            lock.release()
+            lock.exit()
 
     def apply_op(self, op, inputs):
         """Apply ``op`` to the input infos; returns the output infos at once."""
-        if _get_ident() == self.worker.tid:
-            self._check("apply_op")  # raises (as in put)
-        lock = self.lock
-        lock.acquire()
+        lock: CallerLock = self.lock
+        if not lock.enter():
+            self._from_worker("apply_op")  # raises (as in put)
         try:
-            return self._apply_op_locked(op, inputs)
+            return _apply_op_locked(self, op, inputs)
         finally:
-            lock.release()
+            lock.exit()
 
     # -- guards --------------------------------------------------------------------------------
     def _check(self, what):
         if self.closed:
             raise RuntimeError(f"the channel is closed ({what})")
         if _get_ident() == self.worker.tid:
-            raise RuntimeError(
-                f"channel.{what} was called from the worker thread (inside a kernel); the worker "
-                "would wait for itself. Kernels must not call mge ops or read tensor values."
-            )
+            self._from_worker(what)
 
-    # -- creating and freeing ------------------------------------------------------------------
-    def _put_locked(self, value, device, no_cache=False):
-        self._check("put")
-        info: TensorInfo = _new_info(value.shape, value.dtype, device)
-        if value.size <= HOST_COMPUTE_SIZE:
-            info.h_value = value  # the host copy that host compute reads
-        impl = device.impl
-        buf = value if type(impl) is CpuDevice else impl.from_host(value)
-        self._produce(info, buf, not self.worker.idle)  # the caller's thread
-        return info
+    def _from_worker(self, what):
+        raise RuntimeError(
+            f"channel.{what} was called from the worker thread (inside a kernel); the worker "
+            "would wait for itself. Kernels must not call mge ops or read tensor values."
+        )
 
+    # -- freeing -------------------------------------------------------------------------------
     def del_(self, info_):
         """The user dropped ``info``: its storage may be freed once queued ops are done with it."""
         info: TensorInfo = info_
         if info.deleted or self.closed:
             return
-        if _get_ident() == self.worker.tid:  # a finalizer on the worker: see _del_locked
-            self._del_locked(info)
+        lock: CallerLock = self.lock
+        if not lock.enter():  # a finalizer on the worker: see _del_locked
+            _del_locked(self, info, True)
             return
-        lock = self.lock
-        lock.acquire()
         try:
-            self._del_locked(info)
+            _del_locked(self, info, False)
         finally:
-            lock.release()
-
-    def _del_locked(self, info_):
-        info: TensorInfo = info_
-        if info.deleted:
-            return
-        info.deleted = True
-        if not info.in_worker:  # never seen by the worker: nothing queued can still read it
-            v = info.value
-            if v is not None and info.users is None:  # the common case, inline
-                info.value = None
-                info.h_value = None
-                memory: MemoryStats = self.memory
-                memory.release(info.device, v, not self.worker.idle)
-            else:
-                self._free(info)
-        elif _get_ident() == self.worker.tid:
-            # a finalizer run by the GC on the worker thread: the buffer is the caller's; the Del
-            # waits for the caller's next buffer operation (tests/test_async_lifecycle.py)
-            self.buffer.defer(Command(DEL, dest=info))
-        else:
-            self.buffer.enqueue(Command(DEL, dest=info))
-            handoff: Handoff = self.handoff
-            if handoff.state == RUNNING:  # as in apply_op: a worker back from BLAS goes on
-                handoff.yield_to_worker()
-
-    # -- computing -----------------------------------------------------------------------------
-    def _apply_op_locked(self, op, inputs):
-        if self.closed or _get_ident() == self.worker.tid:
-            self._check("apply_op")
-        values = self.options.values
-        host: cython.bint = values["enable_host_compute"]
-        info: TensorInfo
-        descs = []
-        for info in inputs:
-            if info.error is not None:
-                self._unusable_input(info)
-            if info.deleted:
-                raise RuntimeError("an input tensor was already deleted")
-            descs.append((info.shape, info.dtype))
-            if info.h_value is None:
-                host = False
-        cls = type(op)
-        out_descs = INFER[cls](op, descs)
-        if op.sets_device or not inputs:
-            device = op.device
-        else:
-            device = cython.cast(TensorInfo, inputs[0]).device
-            for info in inputs:
-                if info.device is not device and info.device != device:
-                    raise _mixed_devices(op, inputs)
-        d: tuple
-        if host and inputs:
-            for od in out_descs:
-                shape = cython.cast(tuple, od)[0]  # (TensorDesc is a tuple subclass: no check)
-                if shape is None or size_of(shape) > HOST_COMPUTE_SIZE:
-                    host = False
-                    break
-            if host:
-                return self._host_compute(op, inputs, out_descs, device)
-        outputs = []
-        for od in out_descs:
-            d = cython.cast(tuple, od)
-            info = _new_info(d[0], d[1], device)
-            info.in_worker = True
-            outputs.append(info)
-        for info in inputs:
-            info.in_worker = True
-        level = values["async_level"]
-        if level == 0 and self.errors:
-            # errors of ops queued before the switch to level 0: reported first, as what they
-            # are (asynchronous), not as this op's own
-            self.wait_idle()
-            with self.cv:
-                self._raise_errors()
-        self.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
-        if level == 0:
-            if self.inline:  # the commands run right here when flushed: nothing to wait for
-                self.buffer.flush()
-                if self.errors:
-                    with self.cv:
-                        self._raise_errors(True)
-            else:
-                self._sync(original=True)
-        elif level == 1:
-            for od in out_descs:
-                if cython.cast(tuple, od)[0] is None:
-                    self._sync()
-                    break
-        handoff: Handoff = self.handoff
-        if handoff.state == RUNNING:  # the worker needs the GIL for its Python: let it run
-            handoff.yield_to_worker()
-        return outputs
+            lock.exit()
 
     def _unusable_input(self, info):
         # The first error the user sees is the real one: the failure's own report while it is
@@ -316,32 +218,6 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
                 if self.errors:
                     self._raise_errors()
         raise unusable() from info.error
-
-    def _host_compute(self, op, inputs, out_descs, device):
-        # The seed's DEFAULT_CPU dispatch: tiny host values, computed now on this thread by the
-        # host's kernel door; a device other than the CPU gets the results from the host.
-        info: TensorInfo
-        outputs = []
-        k: cython.Py_ssize_t
-        for k in range(len(out_descs)):
-            d = cython.cast(tuple, out_descs[k])
-            outputs.append(_new_info(d[0], d[1], device))
-        args = []
-        for info in inputs:
-            args.append(info.h_value)
-        cpu: CpuDevice = self.cpu
-        outs = cpu.execute(op, args, outputs, None)
-        impl = device.impl
-        on_cpu: cython.bint = type(impl) is CpuDevice
-        locked: cython.bint = not self.worker.idle
-        memory: MemoryStats = self.memory
-        for k in range(len(outputs)):
-            info = outputs[k]
-            value = outs[k]
-            info.h_value = value
-            info.value = value if on_cpu else impl.from_host(value)
-            memory.hold(device, info.value, locked)
-        return outputs
 
     # -- reading -------------------------------------------------------------------------------
     def get_value(self, info):
@@ -537,9 +413,144 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
                     if o.value is None:
                         o.error = lost
         self.cv = threading.Condition()
-        self.lock = threading.RLock()  # (another thread may have held the old one at the fork)
         self.memory.reset_lock()
-        self._init_worker_state()
+        self._init_worker_state()  # a new lock too: another thread may have held the old one
+
+
+# -- the per-op bodies, under the callers' lock (C functions: no Python call on the per-op path)
+@cython.cfunc
+def _put_locked(ch, value, device, no_cache):
+    ch._check("put")
+    info: TensorInfo = _new_info(value.shape, value.dtype, device)
+    if value.size <= HOST_COMPUTE_SIZE:
+        info.h_value = value  # the host copy that host compute reads
+    impl = device.impl
+    buf = value if type(impl) is CpuDevice else impl.from_host(value)
+    ch._produce(info, buf, not ch.worker.idle)  # the caller's thread
+    return info
+
+
+@cython.cfunc
+def _del_locked(ch, info_, on_worker: cython.bint):
+    info: TensorInfo = info_
+    if info.deleted:
+        return
+    info.deleted = True
+    if not info.in_worker:  # never seen by the worker: nothing queued can still read it
+        v = info.value
+        if v is not None and info.users is None:  # the common case, inline
+            info.value = None
+            info.h_value = None
+            memory: MemoryStats = ch.memory
+            memory.release(info.device, v, not ch.worker.idle)
+        else:
+            ch._free(info)
+    elif on_worker:
+        # a finalizer run by the GC on the worker thread: the buffer is the caller's; the Del
+        # waits for the caller's next buffer operation (tests/test_async_lifecycle.py)
+        ch.buffer.defer(Command(DEL, dest=info))
+    else:
+        ch.buffer.enqueue(Command(DEL, dest=info))
+        handoff: Handoff = ch.handoff
+        if handoff.state == RUNNING:  # as in apply_op: a worker back from BLAS goes on
+            handoff.yield_to_worker()
+
+
+@cython.cfunc
+def _apply_op_locked(ch, op, inputs):
+    if ch.closed:
+        ch._check("apply_op")
+    values = ch.options.values
+    host: cython.bint = values["enable_host_compute"]
+    info: TensorInfo
+    descs = []
+    for info in inputs:
+        if info.error is not None:
+            ch._unusable_input(info)
+        if info.deleted:
+            raise RuntimeError("an input tensor was already deleted")
+        descs.append((info.shape, info.dtype))
+        if info.h_value is None:
+            host = False
+    cls = type(op)
+    out_descs = INFER[cls](op, descs)
+    if op.sets_device or not inputs:
+        device = op.device
+    else:
+        device = cython.cast(TensorInfo, inputs[0]).device
+        for info in inputs:
+            if info.device is not device and info.device != device:
+                raise _mixed_devices(op, inputs)
+    d: tuple
+    if host and inputs:
+        for od in out_descs:
+            shape = cython.cast(tuple, od)[0]  # (TensorDesc is a tuple subclass: no check)
+            if shape is None or size_of(shape) > HOST_COMPUTE_SIZE:
+                host = False
+                break
+        if host:
+            return _host_compute(ch, op, inputs, out_descs, device)
+    outputs = []
+    for od in out_descs:
+        d = cython.cast(tuple, od)
+        info = _new_info(d[0], d[1], device)
+        info.in_worker = True
+        outputs.append(info)
+    for info in inputs:
+        info.in_worker = True
+    level = values["async_level"]
+    if level == 0 and ch.errors:
+        # errors of ops queued before the switch to level 0: reported first, as what they
+        # are (asynchronous), not as this op's own
+        ch.wait_idle()
+        with ch.cv:
+            ch._raise_errors()
+    ch.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
+    if level == 0:
+        if ch.inline:  # the commands run right here when flushed: nothing to wait for
+            ch.buffer.flush()
+            if ch.errors:
+                with ch.cv:
+                    ch._raise_errors(True)
+        else:
+            ch._sync(original=True)
+    elif level == 1:
+        for od in out_descs:
+            if cython.cast(tuple, od)[0] is None:
+                ch._sync()
+                break
+    handoff: Handoff = ch.handoff
+    if handoff.state == RUNNING:  # the worker needs the GIL for its Python: let it run
+        handoff.yield_to_worker()
+    return outputs
+
+
+@cython.cfunc
+def _host_compute(ch, op, inputs, out_descs, device):
+    # The seed's DEFAULT_CPU dispatch: tiny host values, computed now on this thread by the
+    # host's kernel door; a device other than the CPU gets the results from the host.
+    info: TensorInfo
+    outputs = []
+    k: cython.Py_ssize_t
+    for k in range(len(out_descs)):
+        d = cython.cast(tuple, out_descs[k])
+        outputs.append(_new_info(d[0], d[1], device))
+    args = []
+    for info in inputs:
+        args.append(info.h_value)
+    cpu: CpuDevice = ch.cpu
+    outs = cpu.execute(op, args, outputs, None)
+    impl = device.impl
+    on_cpu: cython.bint = type(impl) is CpuDevice
+    locked: cython.bint = not ch.worker.idle
+    memory: MemoryStats = ch.memory
+    for k in range(len(outputs)):
+        info = outputs[k]
+        value = outs[k]
+        info.h_value = value
+        info.value = value if on_cpu else impl.from_host(value)
+        memory.hold(device, info.value, locked)
+    return outputs
 
 
 @cython.cfunc

@@ -23,10 +23,11 @@ class Worker:
     goes idle at the first one it should not run (the caller runs it)."""
 
     def __init__(self, process, cv, handoff, waiting=lambda: True, offload=lambda cmd: True,
-                 name="mge-worker"):
+                 name="mge-worker", lock=None):
         self.process = process
         self.cv = cv
         self.handoff = handoff  # tells the caller's thread when to give this thread the GIL
+        self.lock = lock  # the callers' lock (caller_lock.py): this thread must never take it
         self.waiting = waiting  # whether someone waits on cv for the worker
         self.offload = offload  # whether a command is the worker's to run
         self.name = name
@@ -58,6 +59,8 @@ class Worker:
     def _run(self):
         self.tid = threading.get_ident()
         self.handoff.bind()  # kernels on this thread hand the GIL over through it
+        if self.lock is not None:
+            self.lock.bind_worker()
         q = self.queue
         cv = self.cv
         process = self.process

@@ -1,0 +1,1 @@
+include "caller_lock.pxd"
