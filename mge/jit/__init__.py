@@ -1,33 +1,20 @@
-"""``mge.jit``: tracing and compiled replay (MegEngine's ``megengine.jit``) -- not implemented yet.
+"""``mge.jit``: tracing and compiled replay (MegEngine's ``megengine.jit``).
 
-The module exists so that code which imports it without tracing (such as the project's
-``bench_mlp.py`` yardstick in eager mode) runs; using :class:`trace` raises
-``NotImplementedError``.  The jit issue builds the real thing.
+* :class:`trace` -- record a function's ops on the first call, replay them as compiled programs
+  after (``tracing.py``; the recording and matching are the ``trace`` plugin, the programs
+  ``program.py``);
+* :func:`exclude_from_trace`, :func:`is_tracing`, :class:`TraceError`;
+* the option objects ``trace`` accepts: :class:`DTRConfig`, :class:`SublinearMemoryConfig`,
+  :class:`GraphOptimizationConfig`.
 """
+from .configs import DTRConfig, GraphOptimizationConfig, SublinearMemoryConfig
+from .tracing import TraceError, exclude_from_trace, is_tracing, trace
 
-__all__ = ["trace"]
-
-# Marks a module whose features are still to come (the demo and its tests look for it).
-_PENDING = "jit.trace (tracing, compiled replay and dump)"
+__all__ = ["trace", "exclude_from_trace", "is_tracing", "TraceError", "DTRConfig",
+           "SublinearMemoryConfig", "GraphOptimizationConfig", "partial_trace"]
 
 
-class trace:
-    """MegEngine's ``jit.trace(function, symbolic=False, capture_as_const=False, ...)``.
-
-    Not implemented yet: constructing one raises ``NotImplementedError``.
-
-    Example::
-
-        >>> import mge
-        >>> try:
-        ...     mge.jit.trace(lambda x: x * 2, symbolic=True)
-        ... except NotImplementedError as e:
-        ...     print("not yet")
-        not yet
-    """
-
-    def __init__(self, function=None, symbolic=False, capture_as_const=False, **kwargs):
-        raise NotImplementedError(
-            f"mge.jit.trace is not implemented yet ({_PENDING}); run the function eagerly "
-            f"(called with symbolic={symbolic!r}, capture_as_const={capture_as_const!r})"
-        )
+def partial_trace(func=None, **kwargs):
+    """MegEngine's ``partial_trace`` (tracing a module's parts for XLA): not implemented in mge."""
+    raise NotImplementedError("mge.jit.partial_trace is not implemented (it serves MegEngine's "
+                              "XLA backend); use mge.jit.trace")

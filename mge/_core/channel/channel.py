@@ -104,6 +104,9 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self.dtr = DynamicSublinear()  # DTR's policy and statistics (worker-side state)
         self.dtr_entries = self.dtr.entries  # (the same dict for good) empty: no DTR state to keep
         self._threads = threading.local()  # per calling thread: its scopes
+        # A replaying trace (mge.jit) answers ops with placeholders whose handles are virtual
+        # (``deleted``); reading one, or an eager op on one, asks it for the real handle.
+        self.resolve = None
         self._init_worker_state()
         self.stats = {"fused_dels": 0, "recomputed": 0}
         if _BLAS_INFO["reason"] == "not searched":
@@ -223,6 +226,9 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
     def get_value(self, info):
         """The value as a read-only host array (waits for it; raises pending worker errors)."""
         value = info.value
+        if value is None and info.deleted and self.resolve is not None:
+            info = self.resolve(info)  # a replaying trace's placeholder (mge.jit)
+            value = info.value
         if value is None or self.errors or info.error is not None:
             self._enter("get_value")
             try:
@@ -239,6 +245,9 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
     def get_shape(self, info):
         """The shape; waits only when the op's rule could not tell it."""
         shape = info.shape
+        if shape is None and info.deleted and self.resolve is not None:
+            info = self.resolve(info)
+            shape = info.shape
         if shape is None:
             self._enter("get_shape")
             try:
@@ -468,7 +477,7 @@ def _apply_op_locked(ch, op, inputs):
         if info.error is not None:
             ch._unusable_input(info)
         if info.deleted:
-            raise RuntimeError("an input tensor was already deleted")
+            _deleted_input(ch, inputs, info)
         descs.append((info.shape, info.dtype))
         if info.h_value is None:
             host = False
@@ -551,6 +560,17 @@ def _host_compute(ch, op, inputs, out_descs, device):
         info.value = value if on_cpu else impl.from_host(value)
         memory.hold(device, info.value, locked)
     return outputs
+
+
+def _deleted_input(ch, inputs, info):
+    # An eager op on a replaying trace's placeholder (inside ``exclude_from_trace``): the
+    # program runs up to it first.  Anything else deleted is an error.
+    if ch.resolve is None:
+        raise RuntimeError("an input tensor was already deleted")
+    real = ch.resolve(info)
+    for k in range(len(inputs)):
+        if inputs[k] is info:
+            inputs[k] = real
 
 
 @cython.cfunc

@@ -61,6 +61,9 @@ class OpDef:
       block or take long, as MegEngine's worker allows; mge's own short ops say ``False``.
     * ``never_recompute`` -- DTR and drop must never recompute its outputs (random numbers,
       parameter updates; the seed's ``is_bad_op``).
+    * ``trace_parameters`` -- a replaying ``jit.trace`` takes the op with other parameters than
+      recorded (hyperparameters such as a learning rate, which MegEngine passes as tensors):
+      the program is recompiled with the new op instead of raising ``TraceError``.
     """
 
     _fields = ()
@@ -68,6 +71,7 @@ class OpDef:
     sets_device = False
     long_running = True
     never_recompute = False
+    trace_parameters = False
 
     @classmethod
     def get(cls, *args):

@@ -19,6 +19,7 @@ class UpdateOp(OpDef):
 
     long_running = False
     never_recompute = True
+    trace_parameters = True  # a learning-rate schedule changes lr between traced steps
 
 
 def _infer_update(op, descs):

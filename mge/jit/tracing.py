@@ -1,0 +1,252 @@
+"""``mge.jit.trace``: record a function's ops once, then replay them as compiled programs.
+
+MegEngine's ``megengine.jit.trace`` (seed ``000``: the ``Trace`` proxy's ``enter``/``exit``).  The
+first call with arguments of given shapes and dtypes *records*: the function runs as usual and the
+``trace`` plugin writes down every op it issues, backward and optimizer ops included.  Later calls
+*replay*: the function's Python runs again (its side effects and return values are the user's),
+each op is checked against the recording and answered with a placeholder, and the ops run as
+compiled programs on the channel (``program.py``).  Arguments of other shapes record a new trace,
+unless shapes are fixed (``symbolic_shape=False``), where they are a ``TraceError``.
+"""
+import contextlib
+import functools
+
+from .._core.channel import get_channel
+from .._core.errors import TraceError
+from .._core.plugins import get_plugin
+from ..tensor import Tensor
+from .program import Programs
+
+__all__ = ["trace", "exclude_from_trace", "is_tracing", "TraceError"]
+
+_channel = get_channel()
+_active = None      # the trace whose call is running (one at a time, as in MegEngine)
+_excluded = False   # inside exclude_from_trace()
+_MAX_SIGNATURES = 16
+
+
+def is_tracing():
+    """Whether a traced function is running now (and not inside ``exclude_from_trace``)."""
+    return _active is not None and not _excluded
+
+
+@contextlib.contextmanager
+def exclude_from_trace():
+    """Run the block's ops eagerly, outside the trace: they are neither recorded nor replayed.
+
+    Values the block reads from the traced function are computed first (the program runs up to
+    them); what it computes is not part of the trace.
+    """
+    global _excluded
+    if _excluded or _active is None:
+        yield
+        return
+    layer = _active._layer
+    _excluded = True
+    stack = _plugin().stack
+    stack.unregister(layer)
+    try:
+        yield
+    finally:
+        stack.register(layer, "trace")
+        _excluded = False
+
+
+def _plugin():
+    return get_plugin("trace")
+
+
+def _flatten(obj, out):
+    # the tensors of (nested) tuples, lists and dicts, in order; the rest is structure
+    if isinstance(obj, Tensor):
+        out.append(obj)
+        return ("T",)
+    if isinstance(obj, (list, tuple)):
+        return (type(obj).__name__, tuple(_flatten(x, out) for x in obj))
+    if isinstance(obj, dict):
+        return ("dict", tuple((k, _flatten(obj[k], out)) for k in sorted(obj, key=repr)))
+    try:
+        hash(obj)
+        return ("const", obj)
+    except TypeError:
+        return ("const", repr(obj))
+
+
+class _Trace:
+    """One recording (for one signature of arguments) and its compiled programs."""
+
+    def __init__(self, recording, in_tree, out_tree):
+        self.recording = recording
+        self.in_tree = in_tree
+        self.out_tree = out_tree
+        self.programs = Programs()
+
+
+class trace:
+    """Wraps a function so that its ops are recorded on the first call and replayed after.
+
+    ``trace(function, symbolic=False, capture_as_const=False, record_only=False,
+    sublinear_memory_config=None, dtr_config=None, profiling=False, opt_level=2,
+    graph_opt_config=None, symbolic_shape=True, without_host=False)``, usable as
+    ``@trace``, ``@trace(symbolic=True)`` or ``trace(f)``.
+
+    * ``capture_as_const`` -- tensors the function reads but does not receive (parameters,
+      globals) keep the values they had when recorded; every argument must then be a tensor.
+    * ``symbolic_shape`` -- ``False`` fixes the argument shapes: others are a ``TraceError``;
+      with ``True`` (the default) they record a new trace.
+    * ``symbolic``, ``opt_level``, ``dtr_config``, ``sublinear_memory_config``,
+      ``graph_opt_config``, ``profiling`` are accepted; see ``docs/differences.rst`` for what
+      mge does with each.  ``record_only`` and ``without_host`` are not implemented yet.
+
+    Example::
+
+        >>> import numpy as np, mge
+        >>> from mge.jit import trace
+        >>> @trace(symbolic=True)
+        ... def f(x):
+        ...     return x * 2 + 1
+        >>> for _ in range(3):
+        ...     y = f(mge.tensor([1.0, 2.0]))
+        >>> y.numpy().tolist()
+        [3.0, 5.0]
+    """
+
+    def __new__(cls, *args, **kwargs):
+        if not args:
+            return functools.partial(cls, **kwargs)
+        return super().__new__(cls)
+
+    def __init__(self, function, symbolic=False, capture_as_const=False, record_only=False,
+                 sublinear_memory_config=None, dtr_config=None, profiling=False, opt_level=2,
+                 graph_opt_config=None, symbolic_shape=True, without_host=False):
+        if not callable(function):
+            raise TypeError(f"trace: function must be callable, got {type(function).__name__}")
+        if record_only:
+            raise NotImplementedError("trace(record_only=True) is not implemented yet in mge")
+        if without_host:
+            raise NotImplementedError("trace(without_host=True) is not implemented yet in mge")
+        functools.update_wrapper(self, function)
+        self.__wrapped__ = function
+        self.symbolic = bool(symbolic)
+        self.capture_as_const = bool(capture_as_const)
+        self.symbolic_shape = bool(symbolic_shape)
+        self.profiling = bool(profiling)
+        self.opt_level = opt_level
+        self.dtr_config = dtr_config
+        self.sublinear_memory_config = sublinear_memory_config
+        self.graph_opt_config = graph_opt_config
+        self._traces = {}   # argument signature -> _Trace
+        self._layer = None  # the transformation on the stack during a call
+        self._last = None   # the _Trace of the last call (dump, stats)
+
+    # -- calling ----------------------------------------------------------------------------------
+    def __call__(self, *args, **kwargs):
+        global _active
+        if _active is not None:
+            raise TraceError(f"trace: {self.__name__!r} was called while the traced function "
+                             f"{_active.__name__!r} runs; traced functions do not nest")
+        tensors = []
+        in_tree = _flatten((args, kwargs), tensors)
+        if self.capture_as_const:
+            for i, a in enumerate(args):
+                if not isinstance(a, Tensor):
+                    raise TypeError("trace: only tensor arguments are supported when "
+                                    f"capture_as_const is enabled (argument {i} is a "
+                                    f"{type(a).__name__})")
+        key = (in_tree, tuple((t._info.shape, t._info.dtype, t._info.device) for t in tensors))
+        tr = self._traces.get(key)
+        _active = self
+        try:
+            if tr is None:
+                if self._traces and not self.symbolic_shape:
+                    old = next(iter(self._traces))
+                    raise TraceError(f"trace: the arguments differ from the recorded ones "
+                                     f"(symbolic_shape=False): shapes and dtypes "
+                                     f"{_describe(key)} where {_describe(old)} were recorded")
+                tr, outputs = self._record(args, kwargs, tensors, in_tree)
+                if len(self._traces) >= _MAX_SIGNATURES:
+                    self._traces.pop(next(iter(self._traces)))
+                self._traces[key] = tr
+            else:
+                outputs = self._replay(tr, args, kwargs, tensors)
+        finally:
+            _active = None
+            self._layer = None
+        self._last = tr
+        return outputs
+
+    def _record(self, args, kwargs, tensors, in_tree):
+        plugin = _plugin()
+        rec = plugin.Recording()
+        for t in tensors:
+            rec.bind_arg(t)
+        layer = self._layer = plugin.Recorder(rec)
+        plugin.stack.register(layer, "trace")
+        try:
+            outputs = self.__wrapped__(*args, **kwargs)
+        finally:
+            plugin.stack.unregister(layer)
+        out_tensors = []
+        out_tree = _flatten(outputs, out_tensors)
+        rec.finish(out_tensors)
+        return _Trace(rec, in_tree, out_tree), outputs
+
+    def _replay(self, tr, args, kwargs, tensors):
+        plugin = _plugin()
+        layer = self._layer = plugin.Replayer(tr.recording, tr.programs, self.capture_as_const)
+        layer.bind(tensors)
+        plugin.stack.register(layer, "trace")
+        _channel.resolve = layer.resolve
+        try:
+            try:
+                outputs = self.__wrapped__(*args, **kwargs)
+            finally:
+                plugin.stack.unregister(layer)
+            self._check_outputs(tr, outputs)
+            layer.check_complete()
+        finally:
+            # what was matched runs, also after an error: the tensors the caller holds get values
+            try:
+                layer.launch(layer.pos)
+                layer.release()
+            finally:
+                _channel.resolve = None
+        return outputs
+
+    def _check_outputs(self, tr, outputs):
+        out_tensors = []
+        out_tree = _flatten(outputs, out_tensors)
+        if out_tree != tr.out_tree:
+            raise TraceError(f"trace: the function returned {_tree_text(out_tree)} where it "
+                             f"returned {_tree_text(tr.out_tree)} when recorded")
+        rec = tr.recording
+        vi = self._layer.vi
+        for i, (t, v) in enumerate(zip(out_tensors, rec.outputs)):
+            if t._info is not vi[v] and not self._layer.holds(t, v):
+                raise TraceError(f"trace: output {i} is not the value recorded as output {i} "
+                                 f"(shape {rec.descs[v][0]}, {rec.descs[v][1]})")
+
+    # -- introspection ----------------------------------------------------------------------------
+    @property
+    def recording(self):
+        """The recording of the last call (``None`` before the first)."""
+        return None if self._last is None else self._last.recording
+
+    def get_profile(self):
+        """MegEngine's ``trace.get_profile()``: not implemented yet in mge (raises)."""
+        raise NotImplementedError("trace.get_profile() is not implemented yet in mge")
+
+    def dump(self, file, **kwargs):
+        """MegEngine's ``trace.dump``: not implemented yet in mge (raises)."""
+        if not self.capture_as_const:
+            raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
+        raise NotImplementedError("trace.dump is not implemented yet in mge")
+
+
+def _describe(key):
+    return ", ".join(f"{s}:{d}" for s, d, _ in key[1]) or "(no tensors)"
+
+
+def _tree_text(tree):
+    return str(tree).replace("('T',)", "Tensor")
+
