@@ -17,10 +17,16 @@ every op the function issues, the backward and optimizer ops included:
   returns -- or earlier, up to the current op, when Python reads a placeholder's value.  A
   difference raises ``TraceError`` naming the op and what differed.
 
+Whole calls.  Most ops come from a top-level ``apply`` (``x * 2``, ``F.relu``) that the layers above
+the trace segment (scalar, dtype promotion, dim expansion) turn into the same recorded ops every
+time, given the same input shapes and dtypes.  The recorder notes, per top-level call, the ops it
+issued (``Recording.calls``); while the stack above holds only those layers, the replayer answers
+such a call at once, from ``apply``'s hook, without walking the stack (``Replayer.top``).  With a
+``GradManager`` recording (or any other layer) on the stack, every op walks the stack as usual.
+
 Placeholders hold *virtual* channel handles (``deleted`` set, so dropping one costs nothing);
 a launch gives the tensors still alive real handles, the program's outputs.
 """
-import weakref
 
 import mge
 from mge._core import _accel
@@ -35,7 +41,38 @@ Tensor = mge.Tensor
 TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
 _Assign = ops.Assign
 _channel = get_channel()
-_ref = weakref.ref
+_dispatch = _accel.load("mge._core.dispatch")
+Match = _accel.load("mge_plugins.trace_match").Match
+_apply_tuple = _dispatch.apply_tuple
+_NUMBERS = (float, int, bool)
+# Layers above the trace segment that turn a call into ops by its input shapes and dtypes alone
+# (dtype promotion also by the AMP switch, which a call records): calls under them replay whole.
+_PURE_LAYERS = frozenset({"scalar", "dtype_promote", "dim_expansion"})
+
+
+def _amp_state():
+    try:
+        from mge.core import get_plugin
+        amp = get_plugin("dtype_promote").amp
+    except Exception:  # dtype promotion switched off: nothing to record
+        return None
+    return amp
+
+
+class _Purity:
+    """Whether the stack above the trace segment holds only ``_PURE_LAYERS`` (per stack version)."""
+
+    def __init__(self, layer):
+        self.layer = layer
+        self.version = -1
+        self.pure = False
+
+    def check(self):
+        if stack.version != self.version:
+            self.version = stack.version
+            self.pure = all(t.name in _PURE_LAYERS or t is self.layer or t.name == "eval"
+                            for t in stack.active())
+        return self.pure
 
 
 class Recording:
@@ -54,6 +91,7 @@ class Recording:
         self.args = []
         self.outputs = []
         self.last_use = []   # var -> index of the last op that reads it (-1: none)
+        self.calls = {}      # first op -> (op, input specs, end, output vars, AMP on): see top
         self._var_of = {}    # id(handle) -> var, while recording
         self._keep = []      # the handles seen: their ids stay unique while recording
 
@@ -123,6 +161,40 @@ class Recorder(Transformation):
 
     def __init__(self, recording):
         self.recording = recording
+        self.depth = 0
+        self.purity = _Purity(self)
+        self.amp = _amp_state()
+
+    def top(self, op, inputs):
+        """A top-level ``apply``: note the ops it issues, for replaying it whole."""
+        if self.depth or type(op) is _Assign or not self.purity.check():
+            return _apply_tuple(op, inputs)
+        rec = self.recording
+        specs = []
+        for x in inputs:
+            if isinstance(x, Tensor):
+                specs.append(rec.var_of(x))
+            elif type(x) in _NUMBERS:
+                specs.append((type(x), x))
+            else:
+                specs = None  # arrays and the like: converted anew each time, not replayed whole
+                break
+        start = len(rec.ops)
+        amp_on = None if self.amp is None else self.amp.autocast
+        self.depth = 1
+        try:
+            outputs = _apply_tuple(op, inputs)
+        finally:
+            self.depth = 0
+        end = len(rec.ops)
+        if specs is not None and end > start:
+            outs = tuple([rec.var_of(y, False) for y in outputs])
+            produced = set()
+            for _, _, os in rec.ops[start:end]:
+                produced.update(os)
+            if all(v in produced for v in outs):
+                rec.calls[start] = (op, tuple(specs), end, outs, amp_on)
+        return outputs
 
     def apply(self, op, inputs, next):
         rec = self.recording
@@ -133,7 +205,11 @@ class Recorder(Transformation):
 
 
 class Replayer(Transformation):
-    """A later call: ops are matched against the recording and answered with placeholders."""
+    """A later call: ops are matched against the recording and answered with placeholders.
+
+    The per-op work is ``Match`` (``trace_match.py``, compiled): ``apply`` on the stack and
+    ``top`` for the dispatch hook are its methods; this class has the slow paths and launches.
+    """
 
     name = "trace"
 
@@ -141,90 +217,61 @@ class Replayer(Transformation):
         self.rec = recording
         self.compiled = compiled  # the front-end's cache of programs (mge.jit.program.Programs)
         self.capture_as_const = capture_as_const
-        self.pos = 0            # the next recorded op
         self.launched = 0       # ops [0, launched) are on the channel
-        self.vi = [None] * len(recording.descs)  # var -> its handle in this call
-        self.holders = []       # (weakref to a tensor, its virtual handle, var)
-        self.temps = []         # real handles no tensor holds (read by a later program)
         self.real = {}          # id(virtual handle) -> the real one, once launched
-        self.var_of = {}        # id(handle) -> (var, handle): every handle this call made
+        m = self.m = Match(self, recording, _Assign, _Purity(self), _amp_state())
+        self.apply = m.apply    # the stack calls the compiled layer directly
+        self.top = m.top        # and so does apply()'s hook
+
+    @property
+    def pos(self):
+        return self.m.pos
+
+    @property
+    def vi(self):
+        return self.m.vi
 
     # -- binding ---------------------------------------------------------------------------------
     def bind(self, args):
         rec = self.rec
-        vi = self.vi
+        vi = self.m.vi
         for v, x in zip(rec.args, args):
             vi[v] = x._info
         for v, t in rec.externals.items():
             vi[v] = rec.snapshots[v] if self.capture_as_const else t._info
 
-    # -- matching --------------------------------------------------------------------------------
-    def apply(self, op, inputs, next):
-        k = self.pos
+    # -- the slow paths of matching ----------------------------------------------------------------
+    def too_many(self, op):
+        raise TraceError(f"the traced function issued more ops than it did when recorded: "
+                         f"{op.name} after the {len(self.rec.ops)} recorded ops")
+
+    def other_op(self, k, op, inputs):
         rec = self.rec
-        if k >= len(rec.ops):
-            raise TraceError(f"the traced function issued more ops than it did when recorded: "
-                             f"{op.name} after the {len(rec.ops)} recorded ops")
         rop, ins, outs = rec.ops[k]
-        if op is not rop and op != rop:
-            if type(op) is type(rop) and op.trace_parameters and len(inputs) == len(ins):
-                rec.ops[k] = (op, ins, outs)  # new hyperparameters: recompile from here on
-                self.compiled.clear()
-            else:
-                raise TraceError(f"the traced function diverged at {rec.describe(k)}: it now "
-                                 f"issues {op!r} where {rop!r} was recorded")
-        if len(inputs) != len(ins):
-            raise TraceError(f"the traced function diverged at {rec.describe(k)}: "
-                             f"{len(inputs)} inputs instead of {len(ins)}")
-        vi = self.vi
-        for j in range(len(ins)):
-            if inputs[j]._info is not vi[ins[j]]:
-                self._rebind(k, j, inputs[j])
-        self.pos = k + 1
-        if type(op) is _Assign:
-            # The target takes a placeholder of the value's var; the old value, which the
-            # programs may still read, is this call's to free once they have run.
-            target = inputs[0]
-            old = target._info
-            if not old.deleted:
-                self.temps.append(old)
-            target._info = self._virtual(ins[1], target)
-            t = Tensor.__new__(Tensor)
-            t._info = self._virtual(ins[0], t)
-            return (t,)
-        result = []
-        for v in outs:
-            t = Tensor.__new__(Tensor)
-            info = self._virtual(v, t)
-            vi[v] = info
-            result.append(t)
-        return tuple(result)
+        if type(op) is type(rop) and op.trace_parameters and len(inputs) == len(ins):
+            rec.ops[k] = (op, ins, outs)  # new hyperparameters: recompile from here on
+            self.compiled.clear()
+            return
+        raise TraceError(f"the traced function diverged at {rec.describe(k)}: it now "
+                         f"issues {op!r} where {rop!r} was recorded")
 
-    def _virtual(self, v, tensor):
-        # a placeholder's handle for var v: virtual (``deleted``), so dropping it frees nothing
-        info = TensorInfo(*self.rec.descs[v])
-        info.deleted = True
-        tensor._info = info
-        self.holders.append((_ref(tensor), info, v))
-        self.var_of[id(info)] = (v, info)
-        return info
+    def other_arity(self, k, inputs):
+        raise TraceError(f"the traced function diverged at {self.rec.describe(k)}: "
+                         f"{len(inputs)} inputs instead of {len(self.rec.ops[k][1])}")
 
-    def _rebind(self, k, j, x):
-        # Input j of op k is not the recorded var's handle.  A captured tensor the function made
-        # afresh (``mge.tensor(...)`` inside it) or changed outside the trace is taken as it is
-        # now, if its shape and dtype are the recorded ones; anything else is a divergence.
+    def rebind(self, k, j, x):
+        """Input j of op k is not the recorded var's handle.  A captured tensor the function
+        made afresh (``mge.tensor(...)`` inside it) or changed outside the trace is taken as it
+        is now, if its shape and dtype are the recorded ones; anything else is a divergence."""
         rec = self.rec
         v = rec.ops[k][1][j]
         info = x._info
-        known = self.var_of.get(id(info))
-        if known is not None and known[1] is info and known[0] == v:
-            return  # another holder of the var (an Assign target, a launched placeholder)
         if v in rec.externals and not self.capture_as_const:
             shape, dtype, _ = rec.descs[v]
             if info.shape == shape and info.dtype == dtype:
                 if k < self.launched:
                     raise TraceError(f"input {j} of {rec.describe(k)} changed after the op ran")
-                self.vi[v] = info
+                self.m.vi[v] = info
                 return
         what = "a captured constant" if v in rec.externals else (
             "an argument" if v in rec.args else "an op's output")
@@ -233,12 +280,22 @@ class Replayer(Transformation):
             f"recorded there ({what}, shape {rec.descs[v][0]}, {rec.descs[v][1]}; got shape "
             f"{info.shape}, {info.dtype})")
 
+    def holds(self, t, v):
+        """Whether tensor ``t`` is a placeholder of var ``v`` in this call."""
+        info = t._info
+        if self.m.vi[v] is info:
+            return True
+        if info.deleted and info.producer is not None:
+            return info.producer == v
+        known = self.m.var_of.get(id(info))
+        return known is not None and known[1] is info and known[0] == v
+
     # -- running ---------------------------------------------------------------------------------
     def resolve(self, info):
         """Python needs the value of a placeholder now: run the program up to the current op."""
         real = self.real.get(id(info))
         if real is None:
-            self.launch(self.pos)
+            self.launch(self.m.pos)
             real = self.real.get(id(info))
             if real is None:
                 raise TraceError("a tensor of the traced function's previous call was read "
@@ -251,55 +308,44 @@ class Replayer(Transformation):
         if upto <= start:
             return
         rec = self.rec
-        alive = []
-        for ref, info, v in self.holders:
-            t = ref()
-            if t is not None and t._info is info:
-                alive.append((t, info, v))
-        self.holders = []  # every alive one is launched now; the others are gone
-        # outputs: the vars the alive tensors hold, then those later ops still read
+        m = self.m
+        alive = m.take_alive()
         out_vars = [v for _, _, v in alive]
-        produced = set()
-        for _, _, outs in rec.ops[start:upto]:
-            produced.update(outs)
-        last = rec.last_use
-        later = sorted(v for v in produced if last[v] >= upto and v not in out_vars)
+        later = self.compiled.later(rec, start, upto)  # vars that later ops still read
+        held = set(out_vars)
+        later = [v for v in later if v not in held]
         program = self.compiled.get(rec, start, upto, tuple(out_vars) + tuple(later))
-        inputs = [self.vi[v] for v in program.in_vars]
+        vi = m.vi
+        inputs = [vi[v] for v in program.in_vars]
         for info in inputs:
-            if info.deleted:
-                raise TraceError(f"a value the program reads was lost (var shape {info.shape})")
+            if info is None or info.deleted:
+                raise TraceError("a value the traced program reads was lost "
+                                 f"({'never bound' if info is None else info.shape})")
         real = _channel.apply_op(program, inputs)
         n = len(out_vars)
         for (t, info, v), r in zip(alive, real[:n]):
             t._info = r
             self.real[id(info)] = r
-            self.vi[v] = r
-            self.var_of[id(r)] = (v, r)
+            vi[v] = r
+            m.var_of[id(r)] = (v, r)
         for v, r in zip(later, real[n:]):
-            self.vi[v] = r
-            self.temps.append(r)
+            vi[v] = r
+            m.temps.append(r)
         self.launched = upto
 
     def check_complete(self):
         """The function returned: it must have issued every recorded op."""
-        if self.pos != len(self.rec.ops):
-            raise TraceError(f"the traced function issued {self.pos} ops where "
+        pos = self.m.pos
+        if pos != len(self.rec.ops):
+            raise TraceError(f"the traced function issued {pos} ops where "
                              f"{len(self.rec.ops)} were recorded (next expected: "
-                             f"{self.rec.describe(self.pos)})")
-
-    def holds(self, t, v):
-        """Whether tensor ``t`` is a placeholder of var ``v`` in this call."""
-        info = t._info
-        for ref, hinfo, hv in self.holders:
-            if hinfo is info:
-                return hv == v and ref() is t
-        return self.vi[v] is info
+                             f"{self.rec.describe(pos)})")
 
     def release(self):
-        for info in self.temps:
+        m = self.m
+        for info in m.temps:
             _channel.del_(info)
-        self.temps = []
+        m.temps = []
 
 
 class TraceTransformation(Transformation):

@@ -13,6 +13,7 @@ import importlib
 import pkgutil
 
 import mge
+from mge._core import _accel
 from mge._core.ops import (
     Argmax, Argmin, BatchNormBackward, BetaRNG, Detach, GammaRNG, GaussianRNG,
     LayerNormBackward, MaxPoolingGather, OneHot, PermutationRNG, PoissonRNG, UniformRNG,
@@ -68,9 +69,10 @@ def _import_everything():
     # Ops live in mge._core.ops (imported by ``import mge``) and beside their users elsewhere in
     # the package (the optimizers' fused updates, amp's CheckNonFinite): import every module, so
     # that an op registered anywhere is seen.  mge._core is skipped: its hot modules have
-    # compiled twins that must not be imported beside the pure ones.
+    # compiled twins that must not be imported beside the pure ones (so are the hot modules
+    # elsewhere, such as mge.jit.run).
     for info in pkgutil.walk_packages(mge.__path__, "mge."):
-        if not info.name.startswith("mge._core"):
+        if not info.name.startswith("mge._core") and info.name not in _accel.HOT_MODULES:
             importlib.import_module(info.name)
 
 

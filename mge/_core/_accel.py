@@ -25,6 +25,8 @@ HOT_MODULES = (
     "mge._core.dispatch",
     "mge._core.tensor",
     "mge_plugins.dtype_rules",
+    "mge.jit.run",
+    "mge_plugins.trace_match",
 )
 
 PURE = os.environ.get("MGE_PUREPYTHON", "0") not in ("", "0")

@@ -5,6 +5,7 @@ MegEngine's promotion rule for mixed arguments, device from the tensor inputs), 
 down the transformation stack.  The bottom layer, ``eval``, hands it to the channel and wraps the
 resulting handles in new ``Tensor`` objects.
 """
+import cython
 import numpy as np
 
 from . import _accel
@@ -18,7 +19,7 @@ Stack, Transformation = _t.Stack, _t.Transformation
 
 _accel.guard(__name__)
 
-__all__ = ["apply", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs"]
+__all__ = ["apply", "apply_tuple", "set_top_hook", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs"]
 
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
@@ -74,8 +75,33 @@ stack = Stack(_eval, EvalTransformation())
 _chains = stack.chains
 
 
+_top = None  # a running jit.trace's hook for top-level calls (set_top_hook), or None
+
+
 def apply(op, *inputs):
     """Apply ``op`` to ``inputs`` through the transformation stack; returns a tuple of tensors."""
+    if _top is not None:
+        return _top.top(op, inputs)
+    return _through_stack(op, inputs)
+
+
+def apply_tuple(op, inputs):
+    """``apply(op, *inputs)`` without the top-level hook (the hook's own way down)."""
+    return _through_stack(op, inputs)
+
+
+def set_top_hook(hook):
+    """Install ``hook`` (``hook.top(op, inputs)`` answers every top-level ``apply``) or remove
+    it (``None``); returns the previous one.  ``mge.jit.trace`` uses it to record which ops
+    each call of the user's code issued, and to replay whole calls without the stack."""
+    global _top
+    prev = _top
+    _top = hook
+    return prev
+
+
+@cython.cfunc
+def _through_stack(op, inputs):
     cls = _Tensor
     for x in inputs:
         if not isinstance(x, cls):

@@ -113,7 +113,7 @@ class Tensor:
 
     def __del__(self):
         info = getattr(self, "_info", None)
-        if info is not None:
+        if info is not None and not info.deleted:  # (a trace's placeholders: nothing to free)
             try:
                 _channel.del_(info)
             except Exception:  # interpreter shutdown: modules may already be gone

@@ -10,6 +10,10 @@ of a ``Recording`` (``compile_program``) does, in order:
 * **a buffer plan** -- each intermediate is dropped right after its last reader, and that reader
   is told it may write its output into the freed buffer (the door's in-place ``reuse``), so a
   chain of elementwise ops runs in one or two buffers;
+* **direct ufunc calls** -- an elementwise op whose CPU kernel is a numpy ufunc, with inputs of
+  its output's dtype and a freed buffer of the program's own (a fresh result of such an op, of
+  the output's shape and dtype), is called as ``ufunc(*inputs, out=buffer)`` without the door:
+  the same function on the same arrays (so the same bits), without the door's checks;
 * **the thread** -- the program runs on the worker thread when one of its ops would
   (``long_running``: matrix products, convolutions), overlapping the caller's Python, and on the
   caller's thread otherwise.
@@ -17,8 +21,12 @@ of a ``Recording`` (``compile_program``) does, in order:
 ``Programs`` caches compiled programs by ``(start, stop, outputs)``: a replay that asks for the
 same outputs as the last one compiles nothing.  An error in a kernel names the recorded op.
 """
+from .._core import _accel
+from .._core.device import as_device
 from .._core.device.cpu.table import def_kernel
+from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> in-place ufunc
 from .._core.ops.base import OpDef, TensorDesc, def_infer
+from .._core.ops.elemwise import Elemwise
 
 __all__ = ["TracedProgram", "Programs", "compile_program"]
 
@@ -66,39 +74,24 @@ def _infer_program(op, descs):
 
 
 _cpu = None
+_run_plan = _accel.load("mge.jit.run").run_plan
 
 
 @def_kernel(TracedProgram)
 def _run_program(op, *inputs):
     global _cpu
     if _cpu is None:
-        from .._core.device import as_device
         _cpu = as_device("cpu0").impl
-    execute = _cpu.execute
-    env = [None] * op.n_slots
-    env[:len(inputs)] = inputs
-    del inputs
-    for kop, ins, outs, descs, reuse, frees in op.plan:
-        args = [env[i] for i in ins]
-        for f in frees:
-            env[f] = None  # the last reader: the buffer may take this op's output
-        try:
-            res = execute(kop, args, descs, reuse)
-        except Exception as e:
-            _name_the_op(e, kop, op)
-            raise
-        del args
-        for k in range(len(outs)):
-            env[outs[k]] = res[k]
-    return tuple([env[s] for s in op.out_slots])
+    return _run_plan(_cpu, op.plan, op.n_slots, inputs, op.out_slots, op.name)
 
 
-def _name_the_op(e, kop, program):
-    note = f"(in {program.name}, at the traced op {kop.name})"
-    if hasattr(e, "add_note"):
-        e.add_note(note)
-    elif e.args and isinstance(e.args[0], str):
-        e.args = (f"{e.args[0]} {note}",) + e.args[1:]
+_TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
+
+
+def _desc(d):
+    # The door reads ``.shape``/``.dtype`` of its descs: a handle's are C fields (a
+    # TensorDesc's are Python properties), and this is read once per kernel call.
+    return _TensorInfo(d[0], d[1], d[2])
 
 
 def _op_runs_long(op, descs_in, descs_out):
@@ -148,6 +141,7 @@ def compile_program(rec, start, stop, out_vars):
     keep_alive = set(out_vars) | set(in_vars)  # inputs belong to their tensors
     plan = []
     long_running = False
+    fresh = set()  # vars whose buffer the program made and nobody else sees
     for k in keep:
         op, ins, outs = ops[k]
         in_slots = tuple(slot[v] for v in ins)
@@ -156,16 +150,27 @@ def compile_program(rec, start, stop, out_vars):
             if last[v] == k and v not in keep_alive:
                 frees.append(slot[v])
         reuse = [j for j, v in enumerate(ins) if slot[v] in frees] or None
+        ufunc, into = None, -1
+        if type(op) is Elemwise and len(outs) == 1:
+            fn = _UFUNCS.get(op.mode)
+            shape, dtype = descs[outs[0]][0], descs[outs[0]][1]
+            if fn is not None and shape is not None and all(descs[v][1] == dtype for v in ins):
+                for j, v in enumerate(ins):
+                    if v in fresh and slot[v] in frees and descs[v][0] == shape:
+                        ufunc, into = fn, j
+                        break
+                fresh.add(outs[0])  # a ufunc's result, by the door or into a fresh buffer
         out_slots = []
         for v in outs:
             slot[v] = n_slots
             out_slots.append(n_slots)
             n_slots += 1
-        out_descs = [TensorDesc(descs[v][0], descs[v][1]) for v in outs]
+        out_descs = [_desc(descs[v]) for v in outs]
         in_descs = [TensorDesc(descs[v][0], descs[v][1]) for v in ins]
         if not long_running and _op_runs_long(op, in_descs, out_descs):
             long_running = True
-        plan.append((op, in_slots, tuple(out_slots), out_descs, reuse, tuple(frees)))
+        plan.append((op, in_slots, tuple(out_slots), out_descs, reuse, tuple(frees), ufunc, into))
+    # (descs and reuse are lists: the kernel door takes lists)
     label = f"ops {start}..{stop - 1}"
     return TracedProgram(plan, n_slots, in_vars, tuple(out_vars),
                          tuple(slot[v] for v in out_vars),
@@ -178,11 +183,25 @@ class Programs:
 
     def __init__(self):
         self._cache = {}
+        self._later = {}
         self.compiled = 0
 
     def clear(self):
         """Forget every program (the recording changed)."""
         self._cache.clear()
+        self._later.clear()
+
+    def later(self, rec, start, stop):
+        """The vars ops ``[start, stop)`` produce that ops after ``stop`` read (cached)."""
+        key = (start, stop)
+        out = self._later.get(key)
+        if out is None:
+            produced = set()
+            for _, _, outs in rec.ops[start:stop]:
+                produced.update(outs)
+            last = rec.last_use
+            out = self._later[key] = sorted(v for v in produced if last[v] >= stop)
+        return out
 
     def get(self, rec, start, stop, out_vars):
         key = (start, stop, out_vars)

@@ -11,6 +11,7 @@ unless shapes are fixed (``symbolic_shape=False``), where they are a ``TraceErro
 import contextlib
 import functools
 
+from .._core import _accel
 from .._core.channel import get_channel
 from .._core.errors import TraceError
 from .._core.plugins import get_plugin
@@ -20,6 +21,7 @@ from .program import Programs
 __all__ = ["trace", "exclude_from_trace", "is_tracing", "TraceError"]
 
 _channel = get_channel()
+_dispatch = _accel.load("mge._core.dispatch")
 _active = None      # the trace whose call is running (one at a time, as in MegEngine)
 _excluded = False   # inside exclude_from_trace()
 _MAX_SIGNATURES = 16
@@ -45,9 +47,11 @@ def exclude_from_trace():
     _excluded = True
     stack = _plugin().stack
     stack.unregister(layer)
+    hook = _dispatch.set_top_hook(None)
     try:
         yield
     finally:
+        _dispatch.set_top_hook(hook)
         stack.register(layer, "trace")
         _excluded = False
 
@@ -182,9 +186,11 @@ class trace:
             rec.bind_arg(t)
         layer = self._layer = plugin.Recorder(rec)
         plugin.stack.register(layer, "trace")
+        _dispatch.set_top_hook(layer)
         try:
             outputs = self.__wrapped__(*args, **kwargs)
         finally:
+            _dispatch.set_top_hook(None)
             plugin.stack.unregister(layer)
         out_tensors = []
         out_tree = _flatten(outputs, out_tensors)
@@ -197,10 +203,12 @@ class trace:
         layer.bind(tensors)
         plugin.stack.register(layer, "trace")
         _channel.resolve = layer.resolve
+        _dispatch.set_top_hook(layer)
         try:
             try:
                 outputs = self.__wrapped__(*args, **kwargs)
             finally:
+                _dispatch.set_top_hook(None)
                 plugin.stack.unregister(layer)
             self._check_outputs(tr, outputs)
             layer.check_complete()

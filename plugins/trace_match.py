@@ -1,0 +1,195 @@
+"""The replay's per-op path (compiled): matching ops against a recording, making placeholders.
+
+A hot module (see ``mge._core._accel``); ``mge_plugins.trace`` is the plugin around it.  ``Match``
+holds one replaying call's state: the next recorded op (``pos``), each var's handle in this call
+(``vi``), the placeholders handed out (``holders``).  A placeholder's handle is *virtual*:
+``deleted`` is set (dropping the tensor frees nothing) and ``producer`` holds its var (a virtual
+handle never reaches the channel, whose field that is).  ``top`` answers a whole top-level call; ``apply`` is the trace segment's layer, one op at
+a time.  What is not the common case -- a divergence, a rebound capture -- goes back to the
+Python side (``owner``), which raises ``TraceError`` with the details.
+"""
+import sys
+
+import cython
+
+import mge
+from mge._core import _accel
+
+_accel.guard(__name__)
+if cython.compiled:
+    from cython.cimports.mge._core.channel.handles_c import TensorInfo
+else:
+    TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
+
+__all__ = ["Match"]
+
+_refcount = sys.getrefcount
+
+
+def _sole_refs():
+    # getrefcount of an object held only by a list, read the way take_alive reads it
+    holders = [object()]
+    for t in holders:
+        return _refcount(t)
+
+
+_SOLE = _sole_refs()
+
+_Tensor = mge.Tensor
+_apply_tuple = _accel.load("mge._core.dispatch").apply_tuple
+
+
+@cython.cclass
+class Match:
+    """One replaying call's matching state (see the module docstring)."""
+
+    owner = cython.declare(object, visibility="public")    # the Replayer (slow paths)
+    ops = cython.declare(list, visibility="public")        # the recording's ops
+    descs = cython.declare(list, visibility="public")
+    calls = cython.declare(dict, visibility="public")      # first op -> a whole call
+    vi = cython.declare(list, visibility="public")
+    var_of = cython.declare(dict, visibility="public")     # id(launched handle) -> (var, it)
+    holders = cython.declare(list, visibility="public")
+    temps = cython.declare(list, visibility="public")
+    pos = cython.declare(cython.Py_ssize_t, visibility="public")
+    assign = cython.declare(object, visibility="public")   # the Assign op class
+    purity = cython.declare(object, visibility="public")   # has .check(): stack above is pure
+    amp = cython.declare(object, visibility="public")      # dtype_promote's AMP state, or None
+    stack = cython.declare(object)
+    version = cython.declare(object)                       # the stack version purity was for
+    pure = cython.declare(cython.bint)
+
+    def __init__(self, owner, rec, assign, purity, amp):
+        self.owner = owner
+        self.ops = rec.ops
+        self.descs = rec.descs
+        self.calls = rec.calls
+        self.vi = [None] * len(rec.descs)
+        self.var_of = {}
+        self.holders = []
+        self.temps = []
+        self.pos = 0
+        self.assign = assign
+        self.purity = purity
+        self.amp = amp
+        self.stack = _accel.load("mge._core.dispatch").stack
+        self.version = None
+        self.pure = False
+
+    @cython.cfunc
+    def _virtual(self, v: cython.Py_ssize_t, tensor) -> TensorInfo:
+        # a placeholder's handle for var v: virtual (``deleted``), so dropping it frees nothing
+        d = cython.cast(tuple, self.descs[v])
+        info: TensorInfo = TensorInfo.__new__(TensorInfo) if cython.compiled else TensorInfo(*d)
+        info.shape = d[0]
+        info.dtype = d[1]
+        info.device = d[2]
+        info.deleted = True
+        info.producer = v
+        tensor._info = info
+        self.holders.append(tensor)
+        return info
+
+    @cython.cfunc
+    def _holds(self, x, v) -> cython.bint:
+        info: TensorInfo = x._info
+        if info is self.vi[v]:
+            return True
+        if info.deleted and info.producer is not None:
+            return info.producer == v  # a placeholder of this call
+        known = self.var_of.get(id(info))
+        return known is not None and cython.cast(tuple, known)[1] is info and \
+            cython.cast(tuple, known)[0] == v
+
+    def take_alive(self):
+        """The placeholders someone else still holds, once each, with their virtual handle and
+        var; the list of placeholders is emptied (the others go)."""
+        alive = []
+        seen = set()
+        holders = self.holders
+        self.holders = []
+        t: object
+        for t in holders:
+            # references: the list, the loop variable and this call's argument to getrefcount
+            if _refcount(t) > _SOLE and id(t) not in seen:
+                seen.add(id(t))
+                info: TensorInfo = t._info
+                if info.deleted and info.producer is not None:
+                    alive.append((t, info, info.producer))
+        return alive
+
+    def top(self, op, inputs):
+        """A top-level ``apply``: answered whole when it is the recorded call at this point."""
+        c = self.calls.get(self.pos)
+        if c is None:
+            return _apply_tuple(op, inputs)
+        call = cython.cast(tuple, c)
+        if call[0] is not op:
+            return _apply_tuple(op, inputs)
+        version = self.stack.version
+        if version != self.version:  # (the stack changed: is it still pure above us?)
+            self.version = version
+            self.pure = self.purity.check()
+        if not self.pure:
+            return _apply_tuple(op, inputs)
+        specs: tuple = call[1]
+        n: cython.Py_ssize_t = len(specs)
+        if len(inputs) != n:
+            return _apply_tuple(op, inputs)
+        if self.amp is not None and self.amp.autocast != call[4]:
+            return _apply_tuple(op, inputs)
+        j: cython.Py_ssize_t
+        for j in range(n):
+            spec = specs[j]
+            x = inputs[j]
+            if type(spec) is int:
+                if not isinstance(x, _Tensor) or not self._holds(x, spec):
+                    return _apply_tuple(op, inputs)  # the stack's way decides
+            elif type(x) is not cython.cast(tuple, spec)[0] or x != cython.cast(tuple, spec)[1]:
+                return _apply_tuple(op, inputs)
+        self.pos = call[2]
+        outs: tuple = call[3]
+        result = []
+        for j in range(len(outs)):
+            t = _Tensor.__new__(_Tensor)
+            v: cython.Py_ssize_t = outs[j]
+            self.vi[v] = self._virtual(v, t)
+            result.append(t)
+        return tuple(result)
+
+    def apply(self, op, inputs, next):
+        """The trace segment's layer: op ``pos`` of the recording, checked and answered."""
+        k: cython.Py_ssize_t = self.pos
+        if k >= len(self.ops):
+            return self.owner.too_many(op)
+        rec_op: tuple = self.ops[k]
+        rop = rec_op[0]
+        ins: tuple = rec_op[1]
+        if op is not rop and op != rop:
+            self.owner.other_op(k, op, inputs)  # raises, or takes the op's new parameters
+        if len(inputs) != len(ins):
+            self.owner.other_arity(k, inputs)
+        j: cython.Py_ssize_t
+        for j in range(len(ins)):
+            if not self._holds(inputs[j], ins[j]):
+                self.owner.rebind(k, j, inputs[j])
+        self.pos = k + 1
+        if type(op) is self.assign:
+            # The target takes a placeholder of the value's var; the old value, which the
+            # programs may still read, is this call's to free once they have run.
+            target = inputs[0]
+            old: TensorInfo = target._info
+            if not old.deleted:
+                self.temps.append(old)
+            self._virtual(ins[1], target)
+            t = _Tensor.__new__(_Tensor)
+            self._virtual(ins[0], t)
+            return (t,)
+        outs: tuple = rec_op[2]
+        result = []
+        for j in range(len(outs)):
+            t = _Tensor.__new__(_Tensor)
+            v: cython.Py_ssize_t = outs[j]
+            self.vi[v] = self._virtual(v, t)
+            result.append(t)
+        return tuple(result)
