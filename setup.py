@@ -20,8 +20,9 @@ def _source(module):
 
 
 def _flags(module):
-    # handoff's C loops must round as numpy does: no fused multiply-add
-    if module.endswith(".cpu.handoff") and os.name != "nt":
+    # handoff's C loops and the traced programs' fused chains must round as numpy does: no fused
+    # multiply-add
+    if (module.endswith(".cpu.handoff") or module == "mge.jit.run") and os.name != "nt":
         return ["-ffp-contract=off"]
     return []
 

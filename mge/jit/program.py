@@ -28,6 +28,8 @@ from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> 
 from .._core.ops.base import OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 
+_run = _accel.load("mge.jit.run")
+
 __all__ = ["TracedProgram", "Programs", "compile_program"]
 
 
@@ -74,7 +76,7 @@ def _infer_program(op, descs):
 
 
 _cpu = None
-_run_plan = _accel.load("mge.jit.run").run_plan
+_run_plan = _run.run_plan
 
 
 @def_kernel(TracedProgram)
@@ -142,7 +144,12 @@ def compile_program(rec, start, stop, out_vars):
     plan = []
     long_running = False
     fresh = set()  # vars whose buffer the program made and nobody else sees
-    for k in keep:
+    for unit in _fusion_units(rec, keep):
+        if type(unit) is list:  # a fused elementwise chain
+            n_slots = _plan_fused(rec, unit, slot, n_slots, last, keep_alive, out_vars, plan)
+            fresh.update(v for k in unit for v in ops[k][2])
+            continue
+        k = unit
         op, ins, outs = ops[k]
         in_slots = tuple(slot[v] for v in ins)
         frees = []
@@ -176,6 +183,94 @@ def compile_program(rec, start, stop, out_vars):
                          tuple(slot[v] for v in out_vars),
                          tuple(TensorDesc(descs[v][0], descs[v][1]) for v in out_vars),
                          long_running, label)
+
+
+# -- fusion of elementwise chains --------------------------------------------------------------------
+_FUSED_MODES = {"add": _run.ADD, "sub": _run.SUB, "mul": _run.MUL, "true_div": _run.DIV,
+                "neg": _run.NEG}
+FUSE_MIN_OPS = 3      # shorter chains are not worth a fused step
+FUSE_MAX_SIZE = 512   # elements: above this numpy's vector loops beat one op at a time per element
+_f32 = None
+
+
+def _fusable_shape(rec, k):
+    # the output shape of op k if it can join a fused chain, else None
+    global _f32
+    if _f32 is None:
+        import numpy as np
+        _f32 = np.dtype("float32")
+    op, ins, outs = rec.ops[k]
+    if type(op) is not Elemwise or op.mode not in _FUSED_MODES or len(outs) != 1:
+        return None
+    shape, dtype = rec.descs[outs[0]][0], rec.descs[outs[0]][1]
+    if dtype != _f32 or shape is None or _size(shape) > FUSE_MAX_SIZE:
+        return None
+    for v in ins:
+        s, d = rec.descs[v][0], rec.descs[v][1]
+        if d != _f32 or (s != shape and s != ()):
+            return None
+    return shape
+
+
+def _size(shape):
+    n = 1
+    for d in shape:
+        n *= d
+    return n
+
+
+def _fusion_units(rec, keep):
+    # keep's ops in order, runs of at least FUSE_MIN_OPS fusable ops of one shape as lists
+    units = []
+    run, run_shape = [], None
+    for k in keep + [None]:
+        shape = None if k is None else _fusable_shape(rec, k)
+        if shape is not None and (not run or shape == run_shape):
+            run.append(k)
+            run_shape = shape
+            continue
+        if len(run) >= FUSE_MIN_OPS:
+            units.append(run)
+        else:
+            units.extend(run)
+        run, run_shape = ([k], shape) if shape is not None else ([], None)
+        if k is not None and shape is None:
+            units.append(k)
+    return units
+
+
+def _plan_fused(rec, run, slot, n_slots, last, keep_alive, out_vars, plan):
+    ops, descs = rec.ops, rec.descs
+    shape = descs[ops[run[0]][2][0]][0]
+    produced = {ops[k][2][0] for k in run}
+    reg = {}
+    vec, scal = [], []
+    for k in run:
+        for v in ops[k][1]:
+            if v not in produced and v not in reg:
+                reg[v] = len(reg)
+                (vec if descs[v][0] == shape else scal).append(v)
+    code = []
+    for k in run:
+        op, ins, outs = ops[k]
+        reg[outs[0]] = len(reg)
+        b = reg[ins[1]] if len(ins) > 1 else 0
+        code += [_FUSED_MODES[op.mode], reg[outs[0]], reg[ins[0]], b]
+    wanted = set(out_vars)
+    outs = [v for v in sorted(produced) if v in wanted or last.get(v, -1) > run[-1]]
+    if not outs:
+        return n_slots
+    frees = tuple(slot[v] for v in vec + scal if last[v] <= run[-1] and v not in keep_alive)
+    out_slots = []
+    for v in outs:
+        slot[v] = n_slots
+        out_slots.append(n_slots)
+        n_slots += 1
+    static = (code, len(reg), len(vec), [reg[v] for v in vec], [reg[v] for v in scal],
+              [reg[v] for v in outs], shape)
+    plan.append((None, tuple(slot[v] for v in vec + scal), tuple(out_slots), None, None, frees,
+                 static, -1))
+    return n_slots
 
 
 class Programs:

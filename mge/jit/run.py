@@ -5,16 +5,18 @@ whose last reader it is (so the kernel door may write the output into a freed bu
 CPU device's kernel door and stores the outputs in their slots.  An error names the traced op.
 """
 import cython
+import numpy as np
 
 from .._core import _accel
 
 _accel.guard(__name__)
 if cython.compiled:
+    from cython.cimports.libc.stdlib import free, malloc
     from cython.cimports.mge._core.device.cpu.device_c import CpuDevice
 else:
     CpuDevice = _accel.load("mge._core.device.cpu.device").CpuDevice
 
-__all__ = ["run_plan"]
+__all__ = ["run_plan", "run_fused", "ADD", "SUB", "MUL", "DIV", "NEG"]
 
 
 def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tuple, name):
@@ -38,7 +40,11 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
             env[cython.cast(cython.Py_ssize_t, frees[k])] = None
         ufunc = step[6]
         try:
-            if ufunc is not None:  # into a freed buffer of the program's own (program.py)
+            if step[0] is None:  # a fused chain (program.py): step[6] holds its tables
+                st = cython.cast(tuple, ufunc)
+                nv: cython.Py_ssize_t = st[2]
+                res = run_fused(st[0], st[1], args[:nv], st[3], args[nv:], st[4], st[5], st[6])
+            elif ufunc is not None:  # into a freed buffer of the program's own (program.py)
                 res = (ufunc(*args, out=args[cython.cast(cython.Py_ssize_t, step[7])]),)
             else:
                 res = cpu.execute(step[0], args, step[3], step[4])
@@ -53,8 +59,113 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
 
 
 def _name_the_op(e, op, name):
-    note = f"(in {name}, at the traced op {op.name})"
+    what = "a fused elementwise chain" if op is None else op.name
+    note = f"(in {name}, at the traced op {what})"
     if hasattr(e, "add_note"):
         e.add_note(note)
     elif e.args and isinstance(e.args[0], str):
         e.args = (f"{e.args[0]} {note}",) + e.args[1:]
+
+
+# -- fused elementwise chains ----------------------------------------------------------------------
+# Opcodes of a fused chain (program.py builds the code): each is (opcode, dst, a, b) over float32
+# registers, one register per value of the chain.
+ADD, SUB, MUL, DIV, NEG = 0, 1, 2, 3, 4
+
+
+def run_fused(code, n_regs, vec_inputs, vec_regs, scalars, scalar_regs, out_regs, shape):
+    """Run a fused chain of float32 elementwise ops element by element (one C loop, no
+    temporaries); returns one new array of ``shape`` per output register.
+
+    ``vec_inputs`` (arrays of ``shape``) load ``vec_regs`` at each element; ``scalars`` (0-d
+    arrays) load ``scalar_regs`` once.  Each op rounds to float32, as numpy's loops do.
+    """
+    outs = [np.empty(shape, np.float32) for _ in out_regs]
+    if not cython.compiled:
+        return _run_fused_numpy(code, n_regs, vec_inputs, vec_regs, scalars, scalar_regs,
+                                out_regs, outs)
+    n: cython.Py_ssize_t = outs[0].size if outs else 0
+    ins = [np.ascontiguousarray(a, np.float32).reshape(-1) for a in vec_inputs]
+    n_code: cython.Py_ssize_t = len(code) // 4
+    c_code: cython.p_int = cython.cast(cython.p_int, malloc(len(code) * cython.sizeof(cython.int)))
+    regs: cython.p_float = cython.cast(cython.p_float, malloc((n_regs + 1) * cython.sizeof(cython.float)))
+    n_in: cython.Py_ssize_t = len(ins)
+    n_out: cython.Py_ssize_t = len(outs)
+    in_ptr: cython.pp_float = cython.cast(cython.pp_float, malloc((n_in + 1) * cython.sizeof(cython.p_float)))
+    out_ptr: cython.pp_float = cython.cast(cython.pp_float, malloc((n_out + 1) * cython.sizeof(cython.p_float)))
+    in_reg: cython.p_int = cython.cast(cython.p_int, malloc((n_in + 1) * cython.sizeof(cython.int)))
+    out_reg: cython.p_int = cython.cast(cython.p_int, malloc((n_out + 1) * cython.sizeof(cython.int)))
+    try:
+        if not (c_code and regs and in_ptr and out_ptr and in_reg and out_reg):
+            raise MemoryError("run_fused: cannot allocate its tables")
+        k: cython.Py_ssize_t
+        for k in range(len(code)):
+            c_code[k] = code[k]
+        for k in range(len(scalars)):
+            regs[cython.cast(cython.int, scalar_regs[k])] = float(scalars[k])
+        view: cython.float[::1]
+        for k in range(n_in):
+            view = ins[k]
+            in_ptr[k] = cython.address(view[0]) if view.shape[0] else cython.NULL
+            in_reg[k] = vec_regs[k]
+        for k in range(n_out):
+            view = outs[k].reshape(-1)
+            out_ptr[k] = cython.address(view[0]) if view.shape[0] else cython.NULL
+            out_reg[k] = out_regs[k]
+        with cython.nogil:
+            _fused_loop(c_code, n_code, regs, in_ptr, in_reg, n_in, out_ptr, out_reg, n_out, n)
+    finally:
+        free(c_code)
+        free(regs)
+        free(in_ptr)
+        free(out_ptr)
+        free(in_reg)
+        free(out_reg)
+    return outs
+
+
+@cython.cfunc
+@cython.nogil
+@cython.exceptval(check=False)
+def _fused_loop(code: cython.p_int, n_code: cython.Py_ssize_t, regs: cython.p_float,
+                in_ptr: cython.pp_float, in_reg: cython.p_int, n_in: cython.Py_ssize_t,
+                out_ptr: cython.pp_float, out_reg: cython.p_int, n_out: cython.Py_ssize_t,
+                n: cython.Py_ssize_t) -> cython.void:
+    i: cython.Py_ssize_t
+    j: cython.Py_ssize_t
+    c: cython.p_int
+    for i in range(n):
+        for j in range(n_in):
+            regs[in_reg[j]] = in_ptr[j][i]
+        for j in range(n_code):
+            c = code + 4 * j
+            if c[0] == 0:
+                regs[c[1]] = regs[c[2]] + regs[c[3]]
+            elif c[0] == 1:
+                regs[c[1]] = regs[c[2]] - regs[c[3]]
+            elif c[0] == 2:
+                regs[c[1]] = regs[c[2]] * regs[c[3]]
+            elif c[0] == 3:
+                regs[c[1]] = regs[c[2]] / regs[c[3]]
+            else:
+                regs[c[1]] = -regs[c[2]]
+        for j in range(n_out):
+            out_ptr[j][i] = regs[out_reg[j]]
+
+
+_NUMPY_OPS = {ADD: np.add, SUB: np.subtract, MUL: np.multiply, DIV: np.true_divide}
+
+
+def _run_fused_numpy(code, n_regs, vec_inputs, vec_regs, scalars, scalar_regs, out_regs, outs):
+    # the pure-Python twin: the same float32 ops, a numpy ufunc per op on whole arrays
+    regs = [None] * n_regs
+    for a, r in zip(vec_inputs, vec_regs):
+        regs[r] = a
+    for a, r in zip(scalars, scalar_regs):
+        regs[r] = a
+    for k in range(0, len(code), 4):
+        op, dst, a, b = code[k], code[k + 1], code[k + 2], code[k + 3]
+        regs[dst] = np.negative(regs[a]) if op == NEG else _NUMPY_OPS[op](regs[a], regs[b])
+    for out, r in zip(outs, out_regs):
+        out[...] = regs[r]
+    return outs
