@@ -311,9 +311,9 @@ class Replayer(Transformation):
         m = self.m
         alive = m.take_alive()
         out_vars = [v for _, _, v in alive]
-        later = self.compiled.later(rec, start, upto)  # vars that later ops still read
-        held = set(out_vars)
-        later = [v for v in later if v not in held]
+        # vars that later ops still read: the trace holds a handle of its own on them (a
+        # placeholder holding one may be dropped before those ops run)
+        later = self.compiled.later(rec, start, upto)
         program = self.compiled.get(rec, start, upto, tuple(out_vars) + tuple(later))
         vi = m.vi
         inputs = [vi[v] for v in program.in_vars]
