@@ -83,11 +83,12 @@ class Recording:
     arguments, in order; ``outputs`` -- the vars of the function's tensor results.
     """
 
-    def __init__(self):
+    def __init__(self, capture_as_const=False):
+        self.capture_as_const = capture_as_const
         self.ops = []
         self.descs = []
         self.externals = {}
-        self.snapshots = {}  # var -> the external's handle when recorded (capture_as_const)
+        self.snapshots = {}  # var -> a copy of the external as recorded (capture_as_const)
         self.args = []
         self.outputs = []
         self.last_use = []   # var -> index of the last op that reads it (-1: none)
@@ -109,7 +110,8 @@ class Recording:
         if v is None and make_external:
             v = self._new_var(info)
             self.externals[v] = x
-            self.snapshots[v] = info
+            if self.capture_as_const:  # a copy of the value as first read
+                self.snapshots[v] = Tensor(x.numpy(), dtype=x.dtype, device=x.device)
         return v
 
     def bind_arg(self, x):
@@ -218,7 +220,8 @@ class Replayer(Transformation):
         self.compiled = compiled  # the front-end's cache of programs (mge.jit.program.Programs)
         self.capture_as_const = capture_as_const
         self.launched = 0       # ops [0, launched) are on the channel
-        self.real = {}          # id(virtual handle) -> the real one, once launched
+        self.real = {}          # id(virtual handle) -> (it, the real one), once launched
+        self.kept = []          # tensors rebound to captured vars, alive until the call ends
         m = self.m = Match(self, recording, _Assign, _Purity(self), _amp_state())
         self.apply = m.apply    # the stack calls the compiled layer directly
         self.top = m.top        # and so does apply()'s hook
@@ -238,7 +241,7 @@ class Replayer(Transformation):
         for v, x in zip(rec.args, args):
             vi[v] = x._info
         for v, t in rec.externals.items():
-            vi[v] = rec.snapshots[v] if self.capture_as_const else t._info
+            vi[v] = rec.snapshots[v]._info if self.capture_as_const else t._info
 
     # -- the slow paths of matching ----------------------------------------------------------------
     def too_many(self, op):
@@ -266,12 +269,15 @@ class Replayer(Transformation):
         rec = self.rec
         v = rec.ops[k][1][j]
         info = x._info
+        if self.capture_as_const and rec.externals.get(v) is x:
+            return  # the captured tensor itself: its recorded value is used (bind)
         if v in rec.externals and not self.capture_as_const:
             shape, dtype, _ = rec.descs[v]
             if info.shape == shape and info.dtype == dtype:
                 if k < self.launched:
                     raise TraceError(f"input {j} of {rec.describe(k)} changed after the op ran")
                 self.m.vi[v] = info
+                self.kept.append(x)  # (a temporary, such as a setitem's value: the programs read it)
                 return
         what = "a captured constant" if v in rec.externals else (
             "an argument" if v in rec.args else "an op's output")
@@ -293,14 +299,19 @@ class Replayer(Transformation):
     # -- running ---------------------------------------------------------------------------------
     def resolve(self, info):
         """Python needs the value of a placeholder now: run the program up to the current op."""
-        real = self.real.get(id(info))
+        real = self._real_of(info)
         if real is None:
             self.launch(self.m.pos)
-            real = self.real.get(id(info))
+            real = self._real_of(info)
             if real is None:
                 raise TraceError("a tensor of the traced function's previous call was read "
                                  "while the function was replaying")
         return real
+
+    def _real_of(self, info):
+        # (the map holds the virtual handle too: a dead one's id may be reused)
+        entry = self.real.get(id(info))
+        return entry[1] if entry is not None and entry[0] is info else None
 
     def launch(self, upto):
         """Queue ops [launched, upto) as one program; alive placeholders get real handles."""
@@ -325,7 +336,7 @@ class Replayer(Transformation):
         n = len(out_vars)
         for (t, info, v), r in zip(alive, real[:n]):
             t._info = r
-            self.real[id(info)] = r
+            self.real[id(info)] = (info, r)
             vi[v] = r
             m.var_of[id(r)] = (v, r)
         for v, r in zip(later, real[n:]):

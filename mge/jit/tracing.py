@@ -143,6 +143,12 @@ class trace:
         self._layer = None  # the transformation on the stack during a call
         self._last = None   # the _Trace of the last call (dump, stats)
 
+    def __get__(self, obj, objtype=None):
+        # a traced method: bound to its object (a non-tensor argument, part of the signature)
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
     # -- calling ----------------------------------------------------------------------------------
     def __call__(self, *args, **kwargs):
         global _active
@@ -181,7 +187,7 @@ class trace:
 
     def _record(self, args, kwargs, tensors, in_tree):
         plugin = _plugin()
-        rec = plugin.Recording()
+        rec = plugin.Recording(self.capture_as_const)
         for t in tensors:
             rec.bind_arg(t)
         layer = self._layer = plugin.Recorder(rec)
@@ -230,6 +236,8 @@ class trace:
         rec = tr.recording
         vi = self._layer.vi
         for i, (t, v) in enumerate(zip(out_tensors, rec.outputs)):
+            if v in rec.externals:
+                continue  # computed outside the trace (an excluded block, a global): as it is
             if t._info is not vi[v] and not self._layer.holds(t, v):
                 raise TraceError(f"trace: output {i} is not the value recorded as output {i} "
                                  f"(shape {rec.descs[v][0]}, {rec.descs[v][1]})")

@@ -9,9 +9,10 @@ from ..registry import def_backward
 
 
 def _pool_output(op, inputs, outputs, g):
-    # Only max pooling reads y; the average modes take any tensor of y's shape in its place, so a
-    # forward output the grad transformation no longer holds is not recomputed for them.
-    if outputs[0] is None and op.mode != "max":
+    # Only max pooling reads y; the average modes take any tensor of y's shape in its place: g,
+    # always (whether the grad transformation still holds y must not change the ops issued, or a
+    # traced step would issue different ops from call to call).
+    if op.mode != "max":
         return g
     return output(op, inputs, outputs)
 
