@@ -34,6 +34,7 @@ from mge._core.channel import get_channel
 from mge._core.errors import TraceError
 from mge._core.plugins import stack
 from mge.core import Transformation, ops
+from mge._core.ops.base import INFER
 
 __all__ = ["TraceTransformation", "Recording", "Recorder", "Replayer"]
 
@@ -251,12 +252,22 @@ class Replayer(Transformation):
     def other_op(self, k, op, inputs):
         rec = self.rec
         rop, ins, outs = rec.ops[k]
-        if type(op) is type(rop) and op.trace_parameters and len(inputs) == len(ins):
-            rec.ops[k] = (op, ins, outs)  # new hyperparameters: recompile from here on
+        if (type(op) is type(rop) and op.trace_parameters and len(inputs) == len(ins)
+                and self._same_outputs(op, ins, outs)):
+            rec.ops[k] = (op, ins, outs)  # new parameters, same outputs: recompile from here on
             self.compiled.clear()
             return
         raise TraceError(f"the traced function diverged at {rec.describe(k)}: it now "
                          f"issues {op!r} where {rop!r} was recorded")
+
+    def _same_outputs(self, op, ins, outs):
+        # the op with its new parameters must describe the recorded outputs
+        descs = self.rec.descs
+        try:
+            got = INFER[type(op)](op, [(descs[v][0], descs[v][1]) for v in ins])
+        except Exception:
+            return False
+        return [(d[0], d[1]) for d in got] == [(descs[v][0], descs[v][1]) for v in outs]
 
     def other_arity(self, k, inputs):
         raise TraceError(f"the traced function diverged at {self.rec.describe(k)}: "
@@ -332,7 +343,17 @@ class Replayer(Transformation):
             if info is None or info.deleted:
                 raise TraceError("a value the traced program reads was lost "
                                  f"({'never bound' if info is None else info.shape})")
-        real = _channel.apply_op(program, inputs)
+        try:
+            real = _channel.apply_op(program, inputs)
+        except BaseException as e:
+            # (async_level 0: the program failed at once) the tensors waiting for it are
+            # unusable, with the failure as the cause, as after any failed op
+            for t, info, v in alive:
+                info.deleted = False
+                info.producer = None
+                info.error = e
+            self.launched = upto
+            raise
         n = len(out_vars)
         for (t, info, v), r in zip(alive, real[:n]):
             t._info = r

@@ -22,14 +22,6 @@ from helpers import arr, check, exact_tensor, indices, mge_sync, raises_at_run
 
 CALLS = 4  # calls of each traced function: one recording, then replays
 
-# Known bugs (each test marked with one of these fails because mge is wrong, not the test):
-FILL_VALUE = (
-    "bug: F.full/F.full_like put the value in the Fill op's parameters (not trace_parameters), "
-    "so a new value on a replay is a TraceError ('diverged at op #k ..., Fill'): a GradScaler "
-    "whose scale_factor grows or backs off breaks its traced step (MegEngine makes the value a "
-    "constant tensor, which its trace feeds anew)")
-
-
 @pytest.fixture(params=[False, True], ids=["imperative", "symbolic"])
 def symbolic(request):
     return request.param
@@ -491,7 +483,6 @@ def test_training_conv_under_autocast(symbolic):
     assert _has_float16(step)
 
 
-@pytest.mark.xfail(strict=True, raises=TraceError, reason=FILL_VALUE)
 def test_training_with_a_growing_grad_scale(symbolic):
     # growth_interval=2: the scale doubles after every second step, in both twins
     _train_both("mlp", SGD, dict(lr=0.05, momentum=0.9), symbolic, steps=5,
@@ -627,8 +618,7 @@ def test_another_input_is_a_trace_error():
 
 
 @pytest.mark.parametrize("where", [
-    "binary", "clip", pytest.param("fill", marks=pytest.mark.xfail(
-        strict=True, raises=TraceError, reason=FILL_VALUE))])
+    "binary", "clip", "fill"])
 def test_another_python_scalar(where, symbolic):
     # A Python scalar the function reads (not an argument) changes between calls: the replay
     # uses the new value (it is never a stale one).
@@ -935,12 +925,7 @@ def _step_with_an_index(symbolic):
     return model, step
 
 
-@pytest.mark.parametrize("level", [
-    2, pytest.param(0, marks=pytest.mark.xfail(strict=True, raises=RuntimeError, reason=(
-        "bug: at async_level=0 a training replay whose program fails leaves the parameters "
-        "(rebound by Assign to virtual placeholders) without real handles: reading one raises "
-        "'RuntimeError: the tensor was deleted' instead of UnusableTensorError naming the "
-        "failure, as at async_level=2")))])
+@pytest.mark.parametrize("level", [2, 0])
 def test_a_kernel_error_in_a_training_replay(level, symbolic):
     saved = mge.config.async_level
     mge.config.async_level = level

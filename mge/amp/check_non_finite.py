@@ -19,6 +19,7 @@ class CheckNonFinite(OpDef):
     1 when some input holds a NaN or an infinity."""
 
     _fields = ("scale",)
+    trace_parameters = True  # the scaler's scale changes between traced steps
 
 
 @def_infer(CheckNonFinite)

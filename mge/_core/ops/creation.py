@@ -20,6 +20,7 @@ class Fill(OpDef):
     _fields = ("shape", "value", "dtype", "device")
     sets_device = True
     long_running = False
+    trace_parameters = True  # a new fill value (a GradScaler's scale) replays recompiled
 
 
 class Arange(OpDef):
