@@ -22,7 +22,7 @@ def _source(module):
 def _flags(module):
     # handoff's C loops and the traced programs' fused chains must round as numpy does: no fused
     # multiply-add
-    if (module.endswith(".cpu.handoff") or module == "mge.jit.run") and os.name != "nt":
+    if (module.endswith(".cpu.handoff") or module == "mge.jit.engine") and os.name != "nt":
         return ["-ffp-contract=off"]
     return []
 

@@ -70,7 +70,7 @@ def _import_everything():
     # the package (the optimizers' fused updates, amp's CheckNonFinite): import every module, so
     # that an op registered anywhere is seen.  mge._core is skipped: its hot modules have
     # compiled twins that must not be imported beside the pure ones (so are the hot modules
-    # elsewhere, such as mge.jit.run).
+    # elsewhere, such as mge.jit.engine).
     for info in pkgutil.walk_packages(mge.__path__, "mge."):
         if not info.name.startswith("mge._core") and info.name not in _accel.HOT_MODULES:
             importlib.import_module(info.name)

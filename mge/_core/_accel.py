@@ -25,7 +25,7 @@ HOT_MODULES = (
     "mge._core.dispatch",
     "mge._core.tensor",
     "mge_plugins.dtype_rules",
-    "mge.jit.run",
+    "mge.jit.engine",
     "mge_plugins.trace_match",
 )
 

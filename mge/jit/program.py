@@ -28,7 +28,7 @@ from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> 
 from .._core.ops.base import OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 
-_run = _accel.load("mge.jit.run")
+_run = _accel.load("mge.jit.engine")
 
 __all__ = ["TracedProgram", "Programs", "compile_program"]
 

@@ -1,4 +1,4 @@
-"""The loop that runs a compiled trace program (compiled: it is the replay's per-op path).
+"""The engine of compiled trace programs (compiled: it is the replay's per-op path).
 
 ``run_plan`` walks a ``TracedProgram``'s plan: each step reads its input slots, drops the slots
 whose last reader it is (so the kernel door may write the output into a freed buffer), calls the
