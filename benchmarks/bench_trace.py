@@ -3,6 +3,8 @@
     python benchmarks/bench_trace.py                 # both cases
     python benchmarks/bench_trace.py --case chain --reps 15
 
+Variants: ``traced`` (the function's Python runs again, ops matched), ``without_host``
+(``trace(..., without_host=True)``: only the compiled program runs), ``eager``, ``numpy``.
 Cases: ``chain`` -- 1,000 tiny elementwise ops (``x = x * 1.0001 + 0.5`` on 4 floats), read at
 the end; ``mlp`` -- an MLP training step (784-512-512-10, batch 64, SGD, cross entropy), numpy's
 hand-written step as the reference.  Prints medians and the medians of per-repetition ratios
@@ -39,13 +41,16 @@ def chain_case(n=500):
         return x
 
     traced = trace(chain, symbolic=True)
+    no_host = trace(chain, symbolic=True, without_host=True)
     xt = mge.tensor(x0)
     t = time.perf_counter()
     traced(xt).numpy()
     record = time.perf_counter() - t
     np.testing.assert_array_equal(traced(xt).numpy(), chain(xt).numpy())
-    return {"traced": lambda: traced(xt).numpy(), "eager": lambda: chain(xt).numpy(),
-            "numpy": lambda: chain(x0)}, record, 2 * n
+    no_host(xt)
+    np.testing.assert_array_equal(no_host(xt).numpy(), chain(xt).numpy())
+    return {"traced": lambda: traced(xt).numpy(), "without_host": lambda: no_host(xt).numpy(),
+            "eager": lambda: chain(xt).numpy(), "numpy": lambda: chain(x0)}, record, 2 * n
 
 
 def _weights(rng):
@@ -53,7 +58,7 @@ def _weights(rng):
             for i, o in zip(SIZES[:-1], SIZES[1:])]
 
 
-def _mge_step(weights, data, label, lr, traced):
+def _mge_step(weights, data, label, lr, traced, without_host=False):
     layers = []
     for w, b in weights:
         lin = M.Linear(w.shape[0], w.shape[1])
@@ -76,7 +81,7 @@ def _mge_step(weights, data, label, lr, traced):
         opt.step().clear_grad()
         return loss
 
-    f = trace(step, symbolic=True) if traced else step
+    f = trace(step, symbolic=True, without_host=without_host) if traced else step
     x, y = mge.tensor(data), mge.tensor(label)
     return lambda: f(x, y).numpy()
 
@@ -122,7 +127,8 @@ def mlp_case(batch=64, lr=0.01):
     t = time.perf_counter()
     traced()
     record = time.perf_counter() - t
-    return {"traced": traced, "eager": _mge_step(weights, x, y, lr, False),
+    return {"traced": traced, "without_host": _mge_step(weights, x, y, lr, True, True),
+            "eager": _mge_step(weights, x, y, lr, False),
             "numpy": _numpy_step(weights, x, y, lr)}, record, 1
 
 
@@ -153,10 +159,12 @@ def main(argv=None):
         unit, scale = ("us/op", 1e6 / per) if case == "chain" else ("ms/step", 1e3)
         med = {k: statistics.median(v) * scale for k, v in times.items()}
         ratio = {k: statistics.median([a / b for a, b in zip(times[k], times["numpy"])])
-                 for k in ("traced", "eager")}
-        print(f"{case}: traced {med['traced']:.3f} {unit}, eager {med['eager']:.3f}, numpy "
-              f"{med['numpy']:.3f}; traced/numpy {ratio['traced']:.2f}, eager/numpy "
-              f"{ratio['eager']:.2f}; recording {record * 1e3:.1f} ms")
+                 for k in ("traced", "without_host", "eager")}
+        print(f"{case}: traced {med['traced']:.3f} {unit}, without_host "
+              f"{med['without_host']:.3f}, eager {med['eager']:.3f}, numpy {med['numpy']:.3f}; "
+              f"traced/numpy {ratio['traced']:.2f}, without_host/numpy "
+              f"{ratio['without_host']:.2f}, eager/numpy {ratio['eager']:.2f}; recording "
+              f"{record * 1e3:.1f} ms")
         report[case] = {"unit": unit, "median": med, "ratio_vs_numpy": ratio,
                         "record_ms": record * 1e3}
     print(json.dumps({"bench": "trace", "results": report}))

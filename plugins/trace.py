@@ -94,6 +94,7 @@ class Recording:
         self.outputs = []
         self.last_use = []   # var -> index of the last op that reads it (-1: none)
         self.calls = {}      # first op -> (op, input specs, end, output vars, AMP on): see top
+        self.assigned = []   # (captured tensor, var of its value after the call)
         self._var_of = {}    # id(handle) -> var, while recording
         self._keep = []      # the handles seen: their ids stay unique while recording
 
@@ -143,6 +144,12 @@ class Recording:
     def finish(self, output_tensors):
         """The function returned ``output_tensors``: note their vars and drop the id map."""
         self.outputs = [self.var_of(t) for t in output_tensors]
+        # the captured tensors the call assigned (parameters, optimizer states): their last value
+        self.assigned = []
+        for v, t in self.externals.items():
+            now = self._var_of.get(id(t._info))
+            if now is not None and now != v:
+                self.assigned.append((t, now))
         last = [-1] * len(self.descs)
         for k, (_, ins, _) in enumerate(self.ops):
             for v in ins:
@@ -364,6 +371,23 @@ class Replayer(Transformation):
             vi[v] = r
             m.temps.append(r)
         self.launched = upto
+
+    def run_without_host(self):
+        """``without_host``: run the whole recording as one program, without the function's
+        Python; returns the output handles.  Captured tensors the recording assigned take their
+        new values, as the function's in-place updates would have given them."""
+        rec = self.rec
+        assigned = rec.assigned
+        out_vars = tuple(rec.outputs) + tuple(v for _, v in assigned)
+        program = self.compiled.get(rec, 0, len(rec.ops), out_vars)
+        vi = self.m.vi
+        real = _channel.apply_op(program, [vi[v] for v in program.in_vars])
+        n = len(rec.outputs)
+        for (t, _), r in zip(assigned, real[n:]):
+            old = t._info
+            t._info = r
+            _channel.del_(old)
+        return real[:n]
 
     def check_complete(self):
         """The function returned: it must have issued every recorded op."""

@@ -397,7 +397,7 @@ def _batch(kind, s):
 
 
 def _train_both(kind, opt_cls, opt_kwargs, symbolic, steps=5, scaler_kwargs=None, autocast=False,
-                lr_schedule=None):
+                lr_schedule=None, without_host=False):
     build = {"mlp": _mlp, "conv_bn": _ConvClassifier,
              "conv_bn_avgpool": lambda: _ConvClassifier(M.AvgPool2d)}[kind]
     traced_model, eager_model = _twin_models(build, seed=7)
@@ -407,7 +407,7 @@ def _train_both(kind, opt_cls, opt_kwargs, symbolic, steps=5, scaler_kwargs=None
                                                          for _ in range(2)]
     t_step, t_opt = _make_step(traced_model, opt_cls, opt_kwargs, scalers[0], autocast)
     e_step, e_opt = _make_step(eager_model, opt_cls, opt_kwargs, scalers[1], autocast)
-    t_step = trace(t_step, symbolic=symbolic)
+    t_step = trace(t_step, symbolic=symbolic, without_host=without_host)
     assert _state(traced_model).keys() == _state(eager_model).keys()
     for s in range(steps):
         if lr_schedule is not None:
@@ -434,6 +434,33 @@ def test_training_sgd_momentum(kind, symbolic):
 @pytest.mark.parametrize("kind", ["mlp", "conv_bn"])
 def test_training_adam(kind, symbolic):
     _train_both(kind, Adam, dict(lr=0.01, weight_decay=1e-4), symbolic)
+
+
+@pytest.mark.parametrize("kind", ["mlp", "conv_bn"])
+@pytest.mark.parametrize("opt_cls, opt_kwargs", [(SGD, dict(lr=0.05, momentum=0.9)),
+                                                 (Adam, dict(lr=0.01))], ids=["sgd", "adam"])
+def test_training_without_host(kind, opt_cls, opt_kwargs, symbolic):
+    # Later calls run only the compiled program: parameters, optimizer states and BatchNorm's
+    # running statistics still take the values the function's in-place updates give them.
+    _train_both(kind, opt_cls, opt_kwargs, symbolic, without_host=True)
+
+
+def test_without_host_skips_the_python_and_keeps_the_result_structure():
+    calls = []
+
+    @trace(without_host=True)
+    def f(x, y):
+        calls.append(1)
+        return {"sum": x + y, "parts": [x * y, F.relu(x - y)]}
+
+    for s in range(4):
+        a, b = arr((3, 4), seed=s), arr((3, 4), seed=s + 9)
+        out = f(mge.tensor(a), mge.tensor(b))
+        assert set(out) == {"sum", "parts"} and len(out["parts"]) == 2
+        check(out["sum"], a + b)
+        check(out["parts"][0], a * b)
+        check(out["parts"][1], np.maximum(a - b, 0))
+    assert calls == [1]  # the Python ran once, when recorded
 
 
 def test_training_conv_with_average_pooling(symbolic):

@@ -100,7 +100,12 @@ class trace:
       with ``True`` (the default) they record a new trace.
     * ``symbolic``, ``opt_level``, ``dtr_config``, ``sublinear_memory_config``,
       ``graph_opt_config``, ``profiling`` are accepted; see ``docs/differences.rst`` for what
-      mge does with each.  ``record_only`` and ``without_host`` are not implemented yet.
+      mge does with each.  ``record_only`` is not implemented yet.
+    * ``without_host`` -- later calls do not run the function's Python: the recorded ops run as
+      one program on the new arguments, captured tensors the function assigned (parameters,
+      optimizer states) take their new values, and the results come back in the recorded
+      structure.  Other Python side effects of the function (appending to a list, ``.grad``
+      attributes, printing) happen on the first call only.
 
     Example::
 
@@ -127,8 +132,6 @@ class trace:
             raise TypeError(f"trace: function must be callable, got {type(function).__name__}")
         if record_only:
             raise NotImplementedError("trace(record_only=True) is not implemented yet in mge")
-        if without_host:
-            raise NotImplementedError("trace(without_host=True) is not implemented yet in mge")
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
         self.symbolic = bool(symbolic)
@@ -139,6 +142,7 @@ class trace:
         self.dtr_config = dtr_config
         self.sublinear_memory_config = sublinear_memory_config
         self.graph_opt_config = graph_opt_config
+        self.without_host = bool(without_host)
         self._traces = {}   # argument signature -> _Trace
         self._layer = None  # the transformation on the stack during a call
         self._last = None   # the _Trace of the last call (dump, stats)
@@ -177,6 +181,8 @@ class trace:
                 if len(self._traces) >= _MAX_SIGNATURES:
                     self._traces.pop(next(iter(self._traces)))
                 self._traces[key] = tr
+            elif self.without_host:
+                outputs = self._run_without_host(tr, tensors)
             else:
                 outputs = self._replay(tr, args, kwargs, tensors)
         finally:
@@ -227,6 +233,18 @@ class trace:
                 _channel.resolve = None
         return outputs
 
+    def _run_without_host(self, tr, tensors):
+        plugin = _plugin()
+        layer = self._layer = plugin.Replayer(tr.recording, tr.programs, self.capture_as_const)
+        layer.bind(tensors)
+        infos = layer.run_without_host()
+        out = []
+        for info in infos:
+            t = Tensor.__new__(Tensor)
+            t._info = info
+            out.append(t)
+        return _unflatten(tr.out_tree, iter(out))
+
     def _check_outputs(self, tr, outputs):
         out_tensors = []
         out_tree = _flatten(outputs, out_tensors)
@@ -257,6 +275,19 @@ class trace:
         if not self.capture_as_const:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
         raise NotImplementedError("trace.dump is not implemented yet in mge")
+
+
+def _unflatten(tree, tensors):
+    # the structure _flatten described, with the next tensors in place of its tensors
+    kind = tree[0]
+    if kind == "T":
+        return next(tensors)
+    if kind == "const":
+        return tree[1]
+    if kind == "dict":
+        return {k: _unflatten(sub, tensors) for k, sub in tree[1]}
+    items = [_unflatten(sub, tensors) for sub in tree[1]]
+    return tuple(items) if kind == "tuple" else items
 
 
 def _describe(key):
