@@ -3,14 +3,17 @@
 * :class:`trace` -- record a function's ops on the first call, replay them as compiled programs
   after (``tracing.py``; the recording and matching are the ``trace`` plugin, the programs
   ``program.py``);
+* :func:`load` -- read a model file that ``trace.dump`` wrote, as a callable ``LoadedModel``
+  (``dump.py``; ``python -m mge.jit.run`` runs one from the command line);
 * :func:`exclude_from_trace`, :func:`is_tracing`, :class:`TraceError`;
 * the option objects ``trace`` accepts: :class:`DTRConfig`, :class:`SublinearMemoryConfig`,
   :class:`GraphOptimizationConfig`.
 """
 from .configs import DTRConfig, GraphOptimizationConfig, SublinearMemoryConfig
 from .tracing import TraceError, exclude_from_trace, is_tracing, trace
+from .dump import load
 
-__all__ = ["trace", "exclude_from_trace", "is_tracing", "TraceError", "DTRConfig",
+__all__ = ["trace", "load", "exclude_from_trace", "is_tracing", "TraceError", "DTRConfig",
            "SublinearMemoryConfig", "GraphOptimizationConfig", "partial_trace"]
 
 

@@ -270,11 +270,46 @@ class trace:
         """MegEngine's ``trace.get_profile()``: not implemented yet in mge (raises)."""
         raise NotImplementedError("trace.get_profile() is not implemented yet in mge")
 
-    def dump(self, file, **kwargs):
-        """MegEngine's ``trace.dump``: not implemented yet in mge (raises)."""
+    def dump(self, file, arg_names=None, output_names=None, append=False, keep_var_name=1,
+             keep_opr_name=False, keep_param_name=False, keep_opr_priority=False,
+             no_change_graph=False, strip_info_file=None, append_json=False,
+             optimize_for_inference=False, user_info=None, enable_metadata=True,
+             input_data=None, repeat=1, silent=False, **kwargs):
+        """Save the last call's recording as an mge model file, for ``mge.jit.load``.
+
+        MegEngine's ``trace.dump``; the file is mge's own format (``mge/jit/dump.py``: a zip of
+        ``graph.json`` and the captured values), not MegEngine's.  It holds the ops the outputs
+        depend on and the values of the captured tensors (parameters, constants) as recorded.
+        The function must have been traced with ``capture_as_const=True`` and called at least
+        once; with several argument signatures, the last call's is saved.
+
+        Args:
+            file: a path, or a binary file object open for writing.
+            arg_names: names of the positional tensor arguments (default ``arg_0``, ``arg_1``,
+                ...; a ``None`` entry keeps the default); tensors passed by keyword are named
+                by their keyword.
+            output_names: names of the tensor results (default ``output_0``, ...); a function
+                returning a dict of tensors has its keys as names, and ``output_names`` is then
+                a ``TypeError``, as in MegEngine.
+            append: with a path, write after the file's existing content (``mge.jit.load``
+                reads the last model of a file).
+            user_info: JSON-like data (``None``, bools, numbers, strings, lists, tuples, dicts)
+                kept in the file (``LoadedModel.user_info``); not pickled, unlike MegEngine.
+            enable_metadata: ``False`` leaves ``user_info`` out.
+
+        MegEngine's other options are accepted and ignored: ``keep_var_name``,
+        ``keep_opr_name``, ``keep_param_name``, ``keep_opr_priority``, ``no_change_graph``,
+        ``strip_info_file``, ``append_json``, ``optimize_for_inference`` (the loaded program is
+        optimized as a replay's is), ``input_data``, ``repeat``, ``silent``, and the keywords
+        ``no_assert``, ``maxerr``, ``resize_input``, ``input_transform``, ``dump_format``,
+        ``model_version`` and ``enable_*`` (layout and precision passes); another keyword is a
+        ``TypeError``.
+        """
         if not self.capture_as_const:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
-        raise NotImplementedError("trace.dump is not implemented yet in mge")
+        from .dump import dump_trace
+        dump_trace(self, file, arg_names, output_names, append=append,
+                   user_info=user_info if enable_metadata else None, ignored=kwargs)
 
 
 def _unflatten(tree, tensors):
