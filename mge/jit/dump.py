@@ -614,13 +614,15 @@ class LoadedModel:
     :meth:`run` returns a dict of the outputs by name instead.
 
     Each input must have the shape and dtype it was traced with (numpy's float64 and int64
-    become float32 and int32 first, as in ``mge.tensor``).  The ops run as one compiled program
+    data become float32 and int32 first, as in ``mge.tensor``, unless the input is float64 or
+    int64).  The ops run as one compiled program
     on the channel, asynchronously like any op, with the kernels the traced function ran; the
     outputs carry no gradient history (inference only), and a loaded model cannot run inside a
     traced function.
 
     Attributes: :attr:`inputs` (:class:`ModelInput` tuples), :attr:`output_names`,
-    :attr:`user_info`, :attr:`version` (the file's format version) and :attr:`num_ops`.
+    :attr:`user_info`, :attr:`version` (the file's format version), :attr:`producer` (the mge
+    that wrote it) and :attr:`num_ops`.
     """
 
     def __init__(self):
