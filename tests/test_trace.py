@@ -1084,3 +1084,17 @@ def test_an_argument_returned_as_is(symbolic):
         got_x, got_y = tf(x, x)
         check(got_x, a)
         check(got_y, a * 2)
+
+
+def test_get_profile_counts_the_replayed_kernel_calls():
+    import json
+
+    f = trace(lambda x: F.relu(F.matmul(x, x)) * 2, profiling=True)
+    x = mge.tensor(arr((8, 8)))
+    for _ in range(4):
+        f(x).numpy()
+    prof = json.loads(f.get_profile())
+    calls = {row["op"]: row["calls"] for row in prof["ops"]}
+    assert calls == {"MatrixMul": 3, "Elemwise.relu": 3, "Elemwise.mul": 3}  # 3 replays
+    assert all(row["time_ms"] >= 0 and row["mean_ms"] >= 0 for row in prof["ops"])
+    assert trace(lambda x: x + 1).get_profile() is None  # without profiling, as in MegEngine

@@ -4,6 +4,8 @@
 whose last reader it is (so the kernel door may write the output into a freed buffer), calls the
 CPU device's kernel door and stores the outputs in their slots.  An error names the traced op.
 """
+import time
+
 import cython
 import numpy as np
 
@@ -16,13 +18,17 @@ if cython.compiled:
 else:
     CpuDevice = _accel.load("mge._core.device.cpu.device").CpuDevice
 
+_clock = time.perf_counter
+
 __all__ = ["run_plan", "run_fused", "ADD", "SUB", "MUL", "DIV", "NEG"]
 
 
-def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tuple, name):
+def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tuple, name,
+             profile=None):
     """Run ``plan`` (``[(op, input slots, output slots, descs, reuse, frees, ufunc, into)]``) on
     ``inputs`` through ``cpu_``'s kernel door (or ``ufunc(*args, out=args[into])`` where the
-    plan says so); returns the values of ``out_slots``."""
+    plan says so); returns the values of ``out_slots``.  With a ``profile`` dict, each step's
+    count and time are added to ``profile[op name]`` (``[calls, seconds]``)."""
     cpu: CpuDevice = cpu_
     env = [None] * n_slots
     k: cython.Py_ssize_t
@@ -39,6 +45,7 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
         for k in range(len(frees)):
             env[cython.cast(cython.Py_ssize_t, frees[k])] = None
         ufunc = step[6]
+        t0: cython.double = _clock() if profile is not None else 0.0
         try:
             if step[0] is None:  # a fused chain (program.py): step[6] holds its tables
                 st = cython.cast(tuple, ufunc)
@@ -52,10 +59,21 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
             _name_the_op(e, step[0], name)
             raise
         args = None
+        if profile is not None:
+            _account(profile, step[0], _clock() - t0)
         outs: tuple = step[2]
         for k in range(len(outs)):
             env[cython.cast(cython.Py_ssize_t, outs[k])] = res[k]
     return tuple([env[s] for s in out_slots])
+
+
+def _account(profile, op, seconds):
+    key = "fused elementwise chain" if op is None else op.name
+    entry = profile.get(key)
+    if entry is None:
+        entry = profile[key] = [0, 0.0]
+    entry[0] += 1
+    entry[1] += seconds
 
 
 def _name_the_op(e, op, name):

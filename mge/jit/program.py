@@ -39,8 +39,10 @@ class TracedProgram(OpDef):
     _fields = ()
     never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
 
-    def __init__(self, plan, n_slots, in_vars, out_vars, out_slots, out_descs, long_running, label):
+    def __init__(self, plan, n_slots, in_vars, out_vars, out_slots, out_descs, long_running, label,
+                 profile=None):
         d = self.__dict__
+        d["profile"] = profile      # None, or {op name: [calls, seconds]} that runs add to
         d["plan"] = plan            # [(op, input slots, output slots, descs, reuse, frees)]
         d["n_slots"] = n_slots
         d["in_vars"] = in_vars      # the recording's vars the inputs hold, in order
@@ -84,7 +86,7 @@ def _run_program(op, *inputs):
     global _cpu
     if _cpu is None:
         _cpu = as_device("cpu0").impl
-    return _run_plan(_cpu, op.plan, op.n_slots, inputs, op.out_slots, op.name)
+    return _run_plan(_cpu, op.plan, op.n_slots, inputs, op.out_slots, op.name, op.profile)
 
 
 _TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
@@ -106,8 +108,9 @@ def _op_runs_long(op, descs_in, descs_out):
         return True
 
 
-def compile_program(rec, start, stop, out_vars):
-    """Ops ``[start, stop)`` of ``rec`` as a ``TracedProgram`` giving ``out_vars``."""
+def compile_program(rec, start, stop, out_vars, profile=None):
+    """Ops ``[start, stop)`` of ``rec`` as a ``TracedProgram`` giving ``out_vars``; with a
+    ``profile`` dict, each run adds its kernel calls' counts and times to it, by op name."""
     ops = rec.ops
     descs = rec.descs
     # dead-code elimination, backwards from the outputs
@@ -182,7 +185,7 @@ def compile_program(rec, start, stop, out_vars):
     return TracedProgram(plan, n_slots, in_vars, tuple(out_vars),
                          tuple(slot[v] for v in out_vars),
                          tuple(TensorDesc(descs[v][0], descs[v][1]) for v in out_vars),
-                         long_running, label)
+                         long_running, label, profile)
 
 
 # -- fusion of elementwise chains --------------------------------------------------------------------
@@ -276,10 +279,11 @@ def _plan_fused(rec, run, slot, n_slots, last, keep_alive, out_vars, plan):
 class Programs:
     """A trace's compiled programs, by the slice of the recording and the outputs asked for."""
 
-    def __init__(self):
+    def __init__(self, profile=None):
         self._cache = {}
         self._later = {}
         self.compiled = 0
+        self.profile = profile  # None, or the dict the programs' runs fill (trace(profiling=True))
 
     def clear(self):
         """Forget every program (the recording changed)."""
@@ -304,6 +308,6 @@ class Programs:
         if p is None:
             if len(self._cache) > 64:
                 self._cache.clear()
-            p = self._cache[key] = compile_program(rec, start, stop, out_vars)
+            p = self._cache[key] = compile_program(rec, start, stop, out_vars, self.profile)
             self.compiled += 1
         return p

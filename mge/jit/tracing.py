@@ -10,6 +10,7 @@ unless shapes are fixed (``symbolic_shape=False``), where they are a ``TraceErro
 """
 import contextlib
 import functools
+import json
 
 from .._core import _accel
 from .._core.channel import get_channel
@@ -79,11 +80,11 @@ def _flatten(obj, out):
 class _Trace:
     """One recording (for one signature of arguments) and its compiled programs."""
 
-    def __init__(self, recording, in_tree, out_tree):
+    def __init__(self, recording, in_tree, out_tree, profile=None):
         self.recording = recording
         self.in_tree = in_tree
         self.out_tree = out_tree
-        self.programs = Programs()
+        self.programs = Programs(profile)
 
 
 class trace:
@@ -99,8 +100,10 @@ class trace:
     * ``symbolic_shape`` -- ``False`` fixes the argument shapes: others are a ``TraceError``;
       with ``True`` (the default) they record a new trace.
     * ``symbolic``, ``opt_level``, ``dtr_config``, ``sublinear_memory_config``,
-      ``graph_opt_config``, ``profiling`` are accepted; see ``docs/differences.rst`` for what
-      mge does with each.  ``record_only`` is not implemented yet.
+      ``graph_opt_config`` are accepted; see ``docs/differences.rst`` for what mge does with
+      each.
+    * ``profiling`` -- the replayed programs time their kernel calls: ``get_profile()``.
+    * ``record_only`` is not implemented yet.
     * ``without_host`` -- later calls do not run the function's Python: the recorded ops run as
       one program on the new arguments, captured tensors the function assigned (parameters,
       optimizer states) take their new values, and the results come back in the recorded
@@ -207,7 +210,7 @@ class trace:
         out_tensors = []
         out_tree = _flatten(outputs, out_tensors)
         rec.finish(out_tensors)
-        return _Trace(rec, in_tree, out_tree), outputs
+        return _Trace(rec, in_tree, out_tree, {} if self.profiling else None), outputs
 
     def _replay(self, tr, args, kwargs, tensors):
         plugin = _plugin()
@@ -267,8 +270,21 @@ class trace:
         return None if self._last is None else self._last.recording
 
     def get_profile(self):
-        """MegEngine's ``trace.get_profile()``: not implemented yet in mge (raises)."""
-        raise NotImplementedError("trace.get_profile() is not implemented yet in mge")
+        """With ``profiling=True``: a JSON string of the replayed programs' kernel calls since
+        the first call -- per op name, the number of calls and the total and mean time in
+        milliseconds, slowest first (``None`` without ``profiling``, as in MegEngine)."""
+        if not self.profiling:
+            return None
+        total = {}
+        for tr in self._traces.values():
+            for name, (calls, seconds) in tr.programs.profile.items():
+                entry = total.setdefault(name, [0, 0.0])
+                entry[0] += calls
+                entry[1] += seconds
+        ops = [{"op": name, "calls": calls, "time_ms": seconds * 1e3,
+                "mean_ms": seconds * 1e3 / calls}
+               for name, (calls, seconds) in sorted(total.items(), key=lambda kv: -kv[1][1])]
+        return json.dumps({"ops": ops})
 
     def dump(self, file, arg_names=None, output_names=None, append=False, keep_var_name=1,
              keep_opr_name=False, keep_param_name=False, keep_opr_priority=False,
