@@ -15,13 +15,19 @@ It proves, at ``async_level`` 2 and 0, that
 * the parent keeps working after the fork: the threads finish and check everything.
 
 The iteration counts are fixed (not a time budget); the fork happens at a point fixed by a
-barrier, not by sleeping.  Every thread is joined, and the child waited for, with a timeout, and
+barrier, not by sleeping: every thread has done half its iterations, has a product queued and
+unread, and goes on working through the fork (none gets past three quarters before it is done).
+The threads' own numpy matrix products (their references) are computed before the fork: OpenBLAS
+cannot be forked while a thread is inside it, mge or not (plain numpy threads doing ``a @ a``
+hang ``os.fork()`` or the child), while mge's products may run through it (the before-fork
+handler lets the worker finish its queue first).  Every thread is joined, and the child waited for, with a timeout, and
 ``faulthandler`` bounds the whole test, so a regression fails instead of hanging CI.
 """
 import faulthandler
 import os
 import signal
 import threading
+import time
 import traceback
 
 import numpy as np
@@ -36,13 +42,13 @@ from mge.optimizer import SGD
 from helpers import check, close
 
 N_THREADS = 4
-ITERATIONS = 24                     # per thread
+ITERATIONS = 64                     # per thread
 FORK_AT = ITERATIONS // 2           # every thread has done this many iterations at the fork
 RESUME_AT = 3 * ITERATIONS // 4     # no thread gets past this one before the fork is done
 TRAIN_EVERY = 4                     # iterations between a thread's training runs
 SYNC_EVERY = 3                      # iterations between a thread's mge._full_sync() calls
-TIMEOUT = 60                        # seconds: a join, a barrier, the child
-WATCHDOG = 240                      # seconds: the whole test (dumps every thread's stack, exits)
+TIMEOUT = 30                        # seconds: the barrier, the child, the joins (together)
+WATCHDOG = 120                      # seconds: the whole test (dumps every thread's stack, exits)
 LR, MOMENTUM, TRAIN_STEPS = 0.05, 0.9, 3
 
 
@@ -155,12 +161,19 @@ def _elementwise(rng):
     assert x[k].item() == float(a[k])
 
 
-def _matmul_and_reductions(rng):
+def _matmul_case(rng):
+    """Inputs of a 64..128-sized product and numpy's result (computed before any fork: numpy's
+    own BLAS must not be running in a thread when the process forks, see ``_worker``)."""
     m, k, n = (int(d) for d in rng.integers(64, 129, size=3))
     a = rng.standard_normal((m, k)).astype("float32")
     b = rng.standard_normal((k, n)).astype("float32")
+    return a, b, a.astype("float64") @ b.astype("float64")
+
+
+def _matmul_and_reductions(case):
+    a, b, ref = case
+    k = a.shape[1]
     c = F.matmul(mge.tensor(a), mge.tensor(b))      # queued on the worker at async_level 2
-    ref = a.astype("float64") @ b.astype("float64")
     # reductions of the pending product, read afterwards
     sums, means = c.sum(axis=0), F.mean(c, axis=1)
     big, small = c.max(), F.min(c, axis=0, keepdims=True)
@@ -194,19 +207,24 @@ def _indexing(rng):
 
 def _worker(thread, expected, published, barrier, forked):
     rng = np.random.default_rng(7 + thread)     # each thread its own generator
+    # Every numpy matrix product this thread needs, computed now.  The fork below happens while
+    # the threads keep working, and OpenBLAS cannot be forked while a thread is inside it (plain
+    # numpy threads doing ``a @ a`` hang os.fork() or the child); mge's own products are safe
+    # there (its before-fork handler lets the worker finish first), so only numpy's are moved.
+    cases = [_matmul_case(rng) for _ in range(ITERATIONS)]
+    m = rng.standard_normal((96, 96)).astype("float32")
+    pending_ref = m.astype("float64") @ m.astype("float64") + 1
     trained = 0
     for i in range(ITERATIONS):
         if i == FORK_AT:
             # a product issued but not read before the fork: the fork lets it run first, so the
             # child reads its value; this thread reads it afterwards too
-            m = rng.standard_normal((96, 96)).astype("float32")
-            pending = F.matmul(mge.tensor(m), mge.tensor(m)) + 1
-            published[thread] = (pending, m.astype("float64") @ m.astype("float64") + 1)
-            barrier.wait(TIMEOUT)               # the main thread forks after this
+            published[thread] = (F.matmul(mge.tensor(m), mge.tensor(m)) + 1, pending_ref)
+            barrier.wait(TIMEOUT)               # the main thread forks now, while we go on
         if i == RESUME_AT:
             assert forked.wait(TIMEOUT), "the main thread never forked"
         _elementwise(rng)
-        c, ref = _matmul_and_reductions(rng)
+        c, ref = _matmul_and_reductions(cases[i])
         _indexing(rng)
         if i % TRAIN_EVERY == thread % TRAIN_EVERY:
             seed = _train_seed(thread, i)
@@ -275,13 +293,22 @@ def _wait_child(pid):
 
 
 # -- the test ------------------------------------------------------------------------------------
+@pytest.fixture
+def watchdog(capfd):
+    """``faulthandler`` bounds the test: past ``WATCHDOG`` seconds it prints every thread's stack
+    to the real stderr (a dup taken with pytest's capture off: captured output would be lost
+    when it exits) and exits the process."""
+    with capfd.disabled():
+        fd = os.dup(2)
+    faulthandler.dump_traceback_later(WATCHDOG, exit=True, file=fd)
+    yield
+    faulthandler.cancel_dump_traceback_later()
+    os.close(fd)
+
+
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs os.fork")
-def test_four_threads_mixing_work_with_a_fork_in_the_middle(level):
-    faulthandler.dump_traceback_later(WATCHDOG, exit=True)
-    try:
-        _stress()
-    finally:
-        faulthandler.cancel_dump_traceback_later()
+def test_four_threads_mixing_work_with_a_fork_in_the_middle(level, watchdog):
+    _stress()
 
 
 def _stress():
@@ -315,13 +342,15 @@ def _stress():
         pid = os.fork()
         if pid == 0:
             _child(published, expected)
+        forked.set()                    # the threads go on while the child runs
         child_status = _wait_child(pid)
     except threading.BrokenBarrierError:
         pass                            # a thread failed first: its error is raised below
     finally:
         forked.set()
+        deadline = time.monotonic() + TIMEOUT   # one bound for all the joins
         for t in threads:
-            t.join(TIMEOUT)
+            t.join(max(0.0, deadline - time.monotonic()))
     assert not any(t.is_alive() for t in threads), "a thread hung"
     if errors:
         thread, e = errors[0]
