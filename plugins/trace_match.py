@@ -91,6 +91,18 @@ class Match:
         return info
 
     @cython.cfunc
+    def _placeholders(self, outs: tuple) -> tuple:
+        # one new placeholder per output var, each var's handle in this call
+        result = []
+        j: cython.Py_ssize_t
+        for j in range(len(outs)):
+            t = _Tensor.__new__(_Tensor)
+            v: cython.Py_ssize_t = outs[j]
+            self.vi[v] = self._virtual(v, t)
+            result.append(t)
+        return tuple(result)
+
+    @cython.cfunc
     def _holds(self, x, v) -> cython.bint:
         info: TensorInfo = x._info
         if info is self.vi[v]:
@@ -148,14 +160,7 @@ class Match:
             elif type(x) is not cython.cast(tuple, spec)[0] or x != cython.cast(tuple, spec)[1]:
                 return _apply_tuple(op, inputs)
         self.pos = call[2]
-        outs: tuple = call[3]
-        result = []
-        for j in range(len(outs)):
-            t = _Tensor.__new__(_Tensor)
-            v: cython.Py_ssize_t = outs[j]
-            self.vi[v] = self._virtual(v, t)
-            result.append(t)
-        return tuple(result)
+        return self._placeholders(call[3])
 
     def apply(self, op, inputs, next):
         """The trace segment's layer: op ``pos`` of the recording, checked and answered."""
@@ -185,11 +190,4 @@ class Match:
             t = _Tensor.__new__(_Tensor)
             self._virtual(ins[0], t)
             return (t,)
-        outs: tuple = rec_op[2]
-        result = []
-        for j in range(len(outs)):
-            t = _Tensor.__new__(_Tensor)
-            v: cython.Py_ssize_t = outs[j]
-            self.vi[v] = self._virtual(v, t)
-            result.append(t)
-        return tuple(result)
+        return self._placeholders(rec_op[2])

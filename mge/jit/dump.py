@@ -60,7 +60,9 @@ from .._core.device import as_device
 from .._core.device.registry import CompNode
 from .._core.errors import TraceError
 from .._core.ops.base import INFER, OpDef
+from .._core.plugins import stack
 from ..tensor import Tensor
+from .program import compile_program
 
 __all__ = ["save", "load", "LoadedModel", "ModelInput", "ModelFileError", "FORMAT_NAME",
            "FORMAT_VERSION"]
@@ -738,7 +740,6 @@ class LoadedModel:
         self._consts = dict(consts)
         self._out_vars = [v for _, v in outputs]
         unique = list(dict.fromkeys(self._out_vars))
-        from .program import compile_program
         try:
             self._program = compile_program(_Graph(ops, descs), 0, len(ops), tuple(unique))
         except Exception as e:
@@ -789,8 +790,7 @@ class LoadedModel:
         return out
 
     def _outputs(self, args, kwargs):
-        from . import tracing
-        if tracing._active is not None:
+        if _tracing_now():
             raise TraceError("a loaded model cannot run inside a traced function")
         tensors = self.check_inputs(*args, **kwargs)
         value = dict(zip(self._in_vars, tensors))
@@ -876,3 +876,9 @@ def _build_tree(tree, tensors):
     if kind == "dict":
         return {k: _build_tree(t, tensors) for k, t in tree[1]}
     return tree[1]
+
+
+def _tracing_now():
+    # a traced function is recording or replaying (its layer is on the stack's trace segment);
+    # asked here rather than of mge.jit.tracing, which imports this module
+    return any(t.name == "trace" for t in stack.active())

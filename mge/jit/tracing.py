@@ -17,6 +17,7 @@ from .._core.channel import get_channel
 from .._core.errors import TraceError
 from .._core.plugins import get_plugin
 from ..tensor import Tensor
+from .dump import dump_trace
 from .program import Programs
 
 __all__ = ["trace", "exclude_from_trace", "is_tracing", "TraceError"]
@@ -323,7 +324,6 @@ class trace:
         """
         if not self.capture_as_const:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
-        from .dump import dump_trace
         dump_trace(self, file, arg_names, output_names, append=append,
                    user_info=user_info if enable_metadata else None, ignored=kwargs)
 

@@ -429,7 +429,8 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
 # -- the per-op bodies, under the callers' lock (C functions: no Python call on the per-op path)
 @cython.cfunc
 def _put_locked(ch, value, device, no_cache):
-    ch._check("put")
+    if ch.closed:  # (the worker's thread was refused by the lock already)
+        ch._check("put")
     info: TensorInfo = _new_info(value.shape, value.dtype, device)
     if value.size <= HOST_COMPUTE_SIZE:
         info.h_value = value  # the host copy that host compute reads
