@@ -5,16 +5,23 @@
   ``program.py``);
 * :func:`load` -- read a model file that ``trace.dump`` wrote, as a callable ``LoadedModel``
   (``dump.py``; ``python -m mge.jit.run`` runs one from the command line);
+* :func:`export_onnx` -- write a traced function as an ONNX model (``onnx_export.py``; also
+  ``trace.dump(file, format="onnx")``; needs the extra ``mge[onnx]``);
 * :func:`exclude_from_trace`, :func:`is_tracing`, :class:`TraceError`;
+* :class:`SymbolVar` -- a tensor of a ``trace(symbolic=True)`` first call as a var of its graph
+  (``symbolic.py``);
 * the option objects ``trace`` accepts: :class:`DTRConfig`, :class:`SublinearMemoryConfig`,
   :class:`GraphOptimizationConfig`.
 """
 from .configs import DTRConfig, GraphOptimizationConfig, SublinearMemoryConfig
 from .tracing import TraceError, exclude_from_trace, is_tracing, trace
 from .dump import load
+from .symbolic import SymbolVar
+from .onnx_export import OnnxExportError, export_onnx
 
-__all__ = ["trace", "load", "exclude_from_trace", "is_tracing", "TraceError", "DTRConfig",
-           "SublinearMemoryConfig", "GraphOptimizationConfig", "partial_trace"]
+__all__ = ["trace", "load", "export_onnx", "OnnxExportError", "exclude_from_trace", "is_tracing",
+           "TraceError", "DTRConfig", "SublinearMemoryConfig", "GraphOptimizationConfig",
+           "partial_trace"]
 
 
 def partial_trace(func=None, **kwargs):

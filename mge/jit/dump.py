@@ -412,11 +412,35 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     ``traced`` is an ``mge.jit.trace``.  Positional tensor arguments are named ``arg_<i>`` (or
     by ``arg_names``), keyword tensors by their keyword; results ``output_<i>`` (or by
     ``output_names``), or by their keys when the function returned a dict of tensors.
-    ``ignored`` holds MegEngine's extra keywords (``TypeError`` for one MegEngine lacks).
+    ``ignored`` holds the other keywords: ``format`` (``"mge"``, the default, or ``"onnx"``:
+    ``mge.jit.onnx_export``, which also takes ``opset``) and MegEngine's extra keywords
+    (``TypeError`` for one MegEngine lacks).
     """
-    for k in ignored or ():
+    ignored = dict(ignored or {})
+    fmt = ignored.pop("format", "mge")
+    if fmt not in ("mge", "onnx"):
+        raise ValueError(f"trace.dump: unknown format {fmt!r} (expected 'mge' or 'onnx')")
+    options = {}
+    if fmt == "onnx":
+        from . import onnx_export  # (it imports this module: imported when asked for)
+        options = {k: ignored.pop(k) for k in onnx_export.DUMP_OPTIONS if k in ignored}
+        if append:
+            raise ValueError("trace.dump: append=True is for mge model files; an ONNX file holds "
+                             "one model")
+    for k in ignored:
         if k not in _DUMP_IGNORED and not k.startswith("enable_"):
             raise TypeError(f"trace.dump() got an unexpected keyword argument {k!r}")
+    rec, names, output_names, out_tree = dump_names(traced, arg_names, output_names)
+    if fmt == "onnx":
+        onnx_export.save_onnx(rec, file, names, output_names, user_info=user_info, **options)
+        return
+    save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
+         append=append)
+
+
+def dump_names(traced, arg_names=None, output_names=None):
+    """``(recording, input names, output names, output tree)`` of the last call of ``traced``,
+    named as :func:`dump_trace` says; ``ValueError`` when it cannot be dumped."""
     tr = traced._last
     if tr is None:
         raise ValueError(f"trace.dump: {traced.__name__!r} has not been called yet; call the "
@@ -460,8 +484,7 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
             raise ValueError(f"wrong number of output_names, should be {n_out} values")
     else:
         output_names = dict_names or [f"output_{i}" for i in range(n_out)]
-    save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
-         append=append)
+    return rec, names, output_names, out_tree
 
 
 def _tensor_names(tree, prefix, names):
