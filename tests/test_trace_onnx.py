@@ -13,8 +13,10 @@ import io
 import json
 import math
 import os
+import pathlib
 import subprocess
 import sys
+import textwrap
 
 import numpy as np
 import pytest
@@ -26,6 +28,7 @@ from mge.core import TraceError, apply
 from mge.jit import OnnxExportError, export_onnx, trace
 from mge._core.ops.elemwise import Elemwise
 
+GUIDE = pathlib.Path(__file__).resolve().parent.parent / "docs" / "guides" / "trace_onnx.rst"
 MISSING = [name for name in ("onnx", "onnxruntime") if importlib.util.find_spec(name) is None]
 RTOL, ATOL = 2e-5, 2e-6  # float32 rounding: ONNX kernels sum and round in their own order
 
@@ -339,7 +342,8 @@ def test_creation_ops(ort):
     x = _normal(_rng(17), (3, 3))
 
     def fn(a):
-        return a + F.zeros((3,)), F.ones_like(a), a * F.eye(3), F.arange(3) + a, F.full((2,), 7)
+        return (a + F.zeros((3,)), F.ones_like(a), a * F.eye(3), F.arange(3) + a, F.full((2,), 7),
+                F.linspace(0, 1, 3) * a)
     _compare(ort, fn, x, exact=True)
 
 
@@ -596,3 +600,26 @@ def test_onnx_pool_count_include_pad_semantics(ort):
     got = _run_onnx(ort, export_onnx(fn, None), [x])
     np.testing.assert_allclose(got[0], inc, rtol=1e-6)
     np.testing.assert_allclose(got[1], exc, rtol=1e-6)
+
+
+def _guide_blocks():
+    # the ``.. code-block:: python`` bodies of the guide page
+    lines, blocks, i = GUIDE.read_text(encoding="utf-8").splitlines(), [], 0
+    while i < len(lines):
+        if lines[i].strip() == ".. code-block:: python":
+            body, i = [], i + 1
+            while i < len(lines) and (not lines[i].strip() or lines[i].startswith("   ")):
+                body.append(lines[i])
+                i += 1
+            blocks.append(textwrap.dedent("\n".join(body)))
+        else:
+            i += 1
+    return blocks
+
+
+def test_guide_example_runs(ort, capsys):
+    blocks = _guide_blocks()
+    assert blocks
+    for code in blocks:
+        exec(compile(code, str(GUIDE), "exec"), {"__name__": "guide_example"})
+    assert "Conv" in capsys.readouterr().out
