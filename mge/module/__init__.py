@@ -14,10 +14,11 @@ building a model reproducible); :mod:`mge.module.init` has the initialisers.
     (2, 8, 1, 1)
 
 Not in mge (MegEngine 1.13 has them): the quantization modules (``QuantStub``, ``DequantStub``,
-``ConvBn2d`` and the other ``*Bn*`` fusions, ``qat``/``quantized``), ``BatchMatMulActivation``,
-``DeformableConv2d``, ``DeformablePSROIPooling``, ``LocalConv2d``, ``RegionRestrictedConv``,
-``SlidingWindow``/``SlidingWindowTranspose``, ``MultiHeadAttention`` and the RNN family.  MegEngine
-1.13 has no ``Flatten`` module (use :func:`mge.functional.flatten`).
+``qat``/``quantized``; the float fused modules ``ConvBn2d``, ``LinearBn1d``... are here),
+``BatchMatMulActivation``, ``DeformableConv2d``, ``DeformablePSROIPooling``, ``LocalConv2d``,
+``RegionRestrictedConv``, ``SlidingWindow``/``SlidingWindowTranspose`` and MegEngine's vision
+augmentation modules.  MegEngine 1.13 has no ``Flatten`` module (use
+:func:`mge.functional.flatten`) and no GRU.
 """
 from . import init  # noqa: F401
 from .activation import GELU, LeakyReLU, PReLU, ReLU, Sigmoid, SiLU, Softmax
@@ -25,14 +26,19 @@ from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from .conv import (
     Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d, ConvTransposeRelu2d,
 )
+from .conv_bn import ConvBn2d, ConvBnRelu2d
+from .conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d
 from .dropout import Dropout
 from .embedding import Embedding
 from .identity import Identity
 from .linear import Linear, LinearRelu
+from .linear_bn import LinearBn1d, LinearBnRelu1d
 from .misc import Concat, Elemwise, Pad, PixelShuffle
 from .module import Module
+from .multiheadattn import MultiHeadAttention
 from .normalization import GeneralNorm, GroupNorm, InstanceNorm, LayerNorm, LocalResponseNorm
 from .pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
+from .rnn import LSTM, RNN, LSTMCell, RNNCell
 from .sequential import Sequential
 
 __all__ = [
@@ -46,5 +52,8 @@ __all__ = [
     "MaxPool2d", "AvgPool2d", "AdaptiveMaxPool2d", "AdaptiveAvgPool2d",
     "ReLU", "Sigmoid", "SiLU", "GELU", "Softmax", "LeakyReLU", "PReLU",
     "Elemwise", "Concat", "Pad", "PixelShuffle",
+    "ConvBn2d", "ConvBnRelu2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d", "LinearBn1d",
+    "LinearBnRelu1d",
+    "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention",
     "init",
 ]

@@ -10,7 +10,6 @@
     array([0.9, 1.9], dtype=float32)
 
 ``RMSprop`` and ``CosineAnnealingLR`` are not in MegEngine 1.13; they follow PyTorch.
-MegEngine's ``LAMB`` and ``LAMBFp16`` are not there yet.
 """
 from .adadelta import Adadelta
 from .adagrad import Adagrad
@@ -18,11 +17,13 @@ from .adam import Adam
 from .adamw import AdamW
 from .clip_grad import clip_grad_norm, clip_grad_value
 from .cosine_annealing_lr import CosineAnnealingLR
+from .lamb import LAMB, LAMBFp16
 from .lr_scheduler import LRScheduler
 from .multi_step_lr import MultiStepLR
 from .optimizer import Optimizer
 from .rmsprop import RMSprop
 from .sgd import SGD
 
-__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "LRScheduler",
+__all__ = ["Optimizer", "SGD", "Adam", "AdamW", "Adagrad", "Adadelta", "RMSprop", "LAMB",
+           "LAMBFp16", "LRScheduler",
            "MultiStepLR", "CosineAnnealingLR", "clip_grad_norm", "clip_grad_value"]
