@@ -27,16 +27,19 @@ such a call at once, from ``apply``'s hook, without walking the stack (``Replaye
 Placeholders hold *virtual* channel handles (``deleted`` set, so dropping one costs nothing);
 a launch gives the tensors still alive real handles, the program's outputs.
 """
+import sys
 
 import mge
 from mge._core import _accel
-from mge._core.channel import get_channel
+from mge._core.channel import get_channel, infer_outputs
 from mge._core.errors import TraceError
 from mge._core.plugins import stack
 from mge.core import Transformation, ops
 from mge._core.ops.base import INFER
+from mge.jit.program import compile_program
 
-__all__ = ["TraceTransformation", "Recording", "Recorder", "Replayer"]
+__all__ = ["TraceTransformation", "Recording", "Recorder", "LazyRecorder", "Replayer",
+           "SymbolicValueError"]
 
 Tensor = mge.Tensor
 TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
@@ -213,6 +216,259 @@ class Recorder(Transformation):
         rec.add(op, inputs, ins, outputs)
         return outputs
 
+    # (``mge.jit.SymbolVar``'s questions; the values exist: the ops ran)
+    def var_of(self, tensor):
+        """The var ``tensor`` holds in this recording (``None``: not a value of it)."""
+        return self.recording.var_of(tensor, make_external=False)
+
+    def producer_of(self, v):
+        """The index of the op that computes var ``v`` (``None`` for arguments and captures)."""
+        return _producer_of(self.recording, v)
+
+    def inferable(self, v):
+        """Whether var ``v``'s value can be read now."""
+        return True
+
+
+def _producer_of(rec, v):
+    for k, (_, _, outs) in enumerate(rec.ops):
+        if v in outs:
+            return k
+    return None
+
+
+class SymbolicValueError(ValueError):
+    """A value (or an unknown shape) read while ``trace(symbolic=True)`` records, that depends
+    on the traced function's arguments: it is not computed until the function returns."""
+
+
+class LazyRecorder(Recorder):
+    """``trace(symbolic=True)``'s first call: every op is recorded, none runs.
+
+    Each op's outputs are placeholders (as a replay's are) whose shapes and dtypes come from the
+    op's rule (``infer_outputs``); an in-place update gives its target a placeholder of the new
+    value.  When the function returns, the recorded ops run as one compiled program and the
+    placeholders still alive get its results.
+
+    A value Python reads during the call is computed there when it does not depend on the
+    function's arguments -- a constant, a parameter, something made of them: it can be inferred
+    statically.  The ops recorded so far that do not depend on an argument then run as one
+    program (constant folding; the final program takes their results as inputs, so each op runs
+    once).  A value that depends on an argument, or its unknown shape (``cond_take``), raises
+    ``SymbolicValueError`` where it is read, as in MegEngine.
+    """
+
+    def __init__(self, recording, programs):
+        super().__init__(recording)
+        self.profile = programs.profile
+        self.vi = []          # per var: a real handle, or None until a program computes it
+        self.dynamic = []     # per var: whether it depends on an argument
+        self.done = set()     # the ops a folding program ran
+        self.holders = []     # the placeholders handed out
+        self.temps = []       # handles of this call's own, freed when it ends
+        self.real = {}        # id(virtual handle) -> (it, the real one)
+        self.updated = {}     # id(tensor) -> (it, its handle before its first update)
+
+    def bind(self, args):
+        rec = self.recording
+        for x in args:
+            v = rec.bind_arg(x)
+            self._grow()
+            self.vi[v] = x._info
+            self.dynamic[v] = True
+
+    def _grow(self):
+        # vars the recording made since (externals, outputs): externals are values already
+        rec = self.recording
+        vi, dynamic = self.vi, self.dynamic
+        for v in range(len(vi), len(rec.descs)):
+            ext = rec.externals.get(v)
+            if ext is None:
+                vi.append(None)
+            elif rec.capture_as_const:
+                vi.append(rec.snapshots[v]._info)
+            else:
+                vi.append(ext._info)
+            dynamic.append(False)
+
+    # -- recording ---------------------------------------------------------------------------------
+    def apply(self, op, inputs, next):
+        rec = self.recording
+        ins = rec.input_vars(inputs)
+        self._grow()
+        if type(op) is _Assign:
+            target = inputs[0]
+            old = target._info
+            if not old.deleted:
+                self.temps.append(old)  # the programs may read it: freed once they have run
+            self.updated.setdefault(id(target), (target, old))
+            target._info = self._virtual(rec.descs[ins[1]], ins[1], target)
+            out = Tensor.__new__(Tensor)
+            out._info = self._virtual(rec.descs[ins[0]], ins[0], out)
+            rec.add(op, inputs, ins, (out,))
+            return (out,)
+        outputs = []
+        for d in infer_outputs(op, [x._info for x in inputs]):
+            t = Tensor.__new__(Tensor)
+            t._info = self._virtual(d, None, t)
+            outputs.append(t)
+        rec.add(op, inputs, ins, outputs)
+        dyn = any([self.dynamic[v] for v in ins])
+        for t, v in zip(outputs, rec.ops[-1][2]):
+            t._info.producer = v
+            self.vi.append(None)
+            self.dynamic.append(dyn)
+        return tuple(outputs)
+
+    def _virtual(self, desc, v, tensor):
+        info = TensorInfo(desc[0], desc[1], desc[2])
+        info.deleted = True
+        info.producer = v
+        self.holders.append(tensor)
+        return info
+
+    # -- reading and running -----------------------------------------------------------------------
+    def resolve(self, info):
+        """Python reads a placeholder: its value if it can be inferred (see the class)."""
+        entry = self.real.get(id(info))
+        if entry is not None and entry[0] is info:
+            return entry[1]
+        v = info.producer
+        if v is None or v >= len(self.vi):
+            raise TraceError("a tensor of another call was read while trace(symbolic=True) "
+                             "records")
+        if self.vi[v] is None:
+            if self.dynamic[v]:
+                raise self._not_inferable(v, info)
+            self._fold()
+        return self.vi[v]
+
+    def var_of(self, tensor):
+        v = self.recording.var_of(tensor, make_external=False)
+        if v is None and tensor._info.deleted:
+            v = tensor._info.producer
+        return v
+
+    def inferable(self, v):
+        """Whether var ``v``'s value can be read now (it does not depend on an argument)."""
+        return v < len(self.vi) and (self.vi[v] is not None or not self.dynamic[v])
+
+    def _not_inferable(self, v, info):
+        rec = self.recording
+        k = _producer_of(rec, v)
+        what = "value" if info.shape is not None else "shape"
+        return SymbolicValueError(
+            f"tensor invalid, can not infer {what} of this tensor under trace(symbolic=True): "
+            f"it depends on the traced function's arguments and is computed when the function "
+            f"returns (output of {rec.describe(k)}). You can try to use trace(symbolic=False) "
+            f"to avoid this issue.")
+
+    def _fold(self):
+        # run every recorded op not depending on an argument; keep all their results
+        rec = self.recording
+        ks = [k for k, (_, _, outs) in enumerate(rec.ops)
+              if k not in self.done and outs and not self.dynamic[outs[0]]]
+        produced = [v for k in ks for v in rec.ops[k][2]]
+        self._run(ks, lambda v: not self.dynamic[v], produced)
+        self.done.update(ks)
+
+    def _run(self, ks, wanted, extra):
+        # ops ks as one program: alive placeholders of ``wanted`` vars get real handles, and
+        # so do the vars ``extra``, for later programs (this call's own: a tensor may go first)
+        rec = self.recording
+        alive, keep = [], []
+        for t in _take_alive(self.holders):
+            (alive if wanted(t._info.producer) else keep).append(t)
+        self.holders = keep
+        if not alive and not extra:
+            return
+        out_vars = [t._info.producer for t in alive]
+        view = _Ops(rec.descs, [rec.ops[k] for k in ks])
+        program = compile_program(view, 0, len(ks), tuple(out_vars) + tuple(extra), self.profile)
+        vi = self.vi
+        real = _channel.apply_op(program, [vi[v] for v in program.in_vars])
+        for t, r in zip(alive, real):
+            self.real[id(t._info)] = (t._info, r)
+            if rec._var_of is not None:  # (recording still) later ops read it as its var
+                rec._alias(r, t._info.producer)
+            t._info = r
+        for v, r in zip(extra, real[len(alive):]):
+            vi[v] = r
+            self.temps.append(r)
+
+    def finish(self):
+        """The function returned (``Recording.finish`` done): run what has not run."""
+        rec = self.recording
+        try:
+            ks = [k for k in range(len(rec.ops)) if k not in self.done]
+            self._run(ks, lambda v: True, ())
+        finally:
+            self.release()
+
+    def abort(self):
+        """The function raised: what was recorded runs, so that its tensors have values."""
+        rec = self.recording
+        try:
+            ks = [k for k in range(len(rec.ops)) if k not in self.done]
+            self._run(ks, lambda v: True, ())
+        finally:
+            self.release()
+
+    def discard(self):
+        """``record_only``: nothing runs.  Tensors the function updated keep their values from
+        before the call; the others it made have none (reading one is an error)."""
+        kept = set()
+        for t, old in self.updated.values():
+            if not old.deleted:
+                t._info = old  # the update did not run
+                kept.add(id(old))
+        self.temps = [info for info in self.temps if id(info) not in kept]
+        error = TraceError("trace(record_only=True) records without running: this tensor of the "
+                           "recorded call has no value")
+        for t in _take_alive(self.holders):
+            info = t._info
+            info.deleted = False
+            info.producer = None
+            info.error = error
+        self.release()
+
+    def release(self):
+        temps, self.temps = self.temps, []
+        self.holders = []
+        for info in temps:
+            _channel.del_(info)
+
+
+class _Ops:
+    """Some ops of a recording, as ``compile_program`` reads a recording."""
+
+    def __init__(self, descs, ops):
+        self.descs = descs
+        self.ops = ops
+
+
+def _sole_refs():
+    holders = [object()]
+    for t in holders:
+        return _refcount(t)
+
+
+def _take_alive(holders):
+    # the placeholders someone else holds, once each (references: the list, the loop variable
+    # and getrefcount's argument), still placeholders
+    alive, seen = [], set()
+    for t in holders:
+        if _refcount(t) > _SOLE and id(t) not in seen:
+            seen.add(id(t))
+            info = t._info
+            if info.deleted and info.producer is not None:
+                alive.append(t)
+    return alive
+
+
+_refcount = sys.getrefcount
+_SOLE = _sole_refs()
+
 
 class Replayer(Transformation):
     """A later call: ops are matched against the recording and answered with placeholders.
@@ -233,6 +489,10 @@ class Replayer(Transformation):
         m = self.m = Match(self, recording, _Assign, _Purity(self), _amp_state())
         self.apply = m.apply    # the stack calls the compiled layer directly
         self.top = m.top        # and so does apply()'s hook
+
+    @property
+    def recording(self):
+        return self.rec
 
     @property
     def pos(self):
@@ -303,6 +563,28 @@ class Replayer(Transformation):
             f"the traced function diverged at {rec.describe(k)}: input {j} is not the tensor "
             f"recorded there ({what}, shape {rec.descs[v][0]}, {rec.descs[v][1]}; got shape "
             f"{info.shape}, {info.dtype})")
+
+    # (``mge.jit.SymbolVar``'s questions: a replay computes any value read)
+    def var_of(self, tensor):
+        """The var ``tensor`` holds in this call (``None``: not a value of the recording)."""
+        info = tensor._info
+        if info.deleted and info.producer is not None:
+            return info.producer
+        known = self.m.var_of.get(id(info))
+        if known is not None and known[1] is info:
+            return known[0]
+        for v, held in enumerate(self.m.vi):
+            if held is info:
+                return v
+        return None
+
+    def producer_of(self, v):
+        """The index of the op that computes var ``v`` (``None`` for arguments and captures)."""
+        return _producer_of(self.rec, v)
+
+    def inferable(self, v):
+        """Whether var ``v``'s value can be read now."""
+        return True
 
     def holds(self, t, v):
         """Whether tensor ``t`` is a placeholder of var ``v`` in this call."""
@@ -411,5 +693,7 @@ class TraceTransformation(Transformation):
     on_demand = True
     Recording = Recording
     Recorder = Recorder
+    LazyRecorder = LazyRecorder
     Replayer = Replayer
+    SymbolicValueError = SymbolicValueError
     stack = stack

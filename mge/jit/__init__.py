@@ -8,7 +8,7 @@
 * :func:`export_onnx` -- write a traced function as an ONNX model (``onnx_export.py``; also
   ``trace.dump(file, format="onnx")``; needs the extra ``mge[onnx]``);
 * :func:`exclude_from_trace`, :func:`is_tracing`, :class:`TraceError`;
-* :class:`SymbolVar` -- a tensor of a ``trace(symbolic=True)`` first call as a var of its graph
+* :class:`SymbolVar` -- a tensor of a traced call as a var of the recorded graph
   (``symbolic.py``);
 * the option objects ``trace`` accepts: :class:`DTRConfig`, :class:`SublinearMemoryConfig`,
   :class:`GraphOptimizationConfig`.

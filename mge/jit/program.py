@@ -40,8 +40,9 @@ class TracedProgram(OpDef):
     never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
 
     def __init__(self, plan, n_slots, in_vars, out_vars, out_slots, out_descs, long_running, label,
-                 profile=None):
+                 profile=None, device=None):
         d = self.__dict__
+        d["device"] = device        # where it runs when it has no inputs (random numbers only)
         d["profile"] = profile      # None, or {op name: [calls, seconds]} that runs add to
         d["plan"] = plan            # [(op, input slots, output slots, descs, reuse, frees)]
         d["n_slots"] = n_slots
@@ -185,7 +186,8 @@ def compile_program(rec, start, stop, out_vars, profile=None):
     return TracedProgram(plan, n_slots, in_vars, tuple(out_vars),
                          tuple(slot[v] for v in out_vars),
                          tuple(TensorDesc(descs[v][0], descs[v][1]) for v in out_vars),
-                         long_running, label, profile)
+                         long_running, label, profile,
+                         descs[out_vars[0]][2] if out_vars else None)
 
 
 # -- fusion of elementwise chains --------------------------------------------------------------------

@@ -100,11 +100,16 @@ class trace:
       globals) keep the values they had when recorded; every argument must then be a tensor.
     * ``symbolic_shape`` -- ``False`` fixes the argument shapes: others are a ``TraceError``;
       with ``True`` (the default) they record a new trace.
-    * ``symbolic``, ``opt_level``, ``dtr_config``, ``sublinear_memory_config``,
-      ``graph_opt_config`` are accepted; see ``docs/differences.rst`` for what mge does with
-      each.
-    * ``profiling`` -- the replayed programs time their kernel calls: ``get_profile()``.
-    * ``record_only`` is not implemented yet.
+    * ``symbolic`` -- the first call records the ops without running them (lazily): values
+      that depend on the arguments cannot be read during it (``ValueError``), and the whole
+      call runs as one compiled program when the function returns; see :class:`SymbolVar`.
+      With ``False`` the first call runs op by op as it records.
+    * ``record_only`` -- the first call records lazily and runs nothing (for ``dump``): its
+      results have no values, tensors it updated keep theirs.  Implies ``symbolic`` and
+      ``capture_as_const``; later calls replay as usual.
+    * ``opt_level``, ``dtr_config``, ``sublinear_memory_config``, ``graph_opt_config`` are
+      accepted; see ``docs/differences.rst`` for what mge does with each.
+    * ``profiling`` -- the compiled programs time their kernel calls: ``get_profile()``.
     * ``without_host`` -- later calls do not run the function's Python: the recorded ops run as
       one program on the new arguments, captured tensors the function assigned (parameters,
       optimizer states) take their new values, and the results come back in the recorded
@@ -134,12 +139,11 @@ class trace:
                  graph_opt_config=None, symbolic_shape=True, without_host=False):
         if not callable(function):
             raise TypeError(f"trace: function must be callable, got {type(function).__name__}")
-        if record_only:
-            raise NotImplementedError("trace(record_only=True) is not implemented yet in mge")
         functools.update_wrapper(self, function)
         self.__wrapped__ = function
-        self.symbolic = bool(symbolic)
-        self.capture_as_const = bool(capture_as_const)
+        self.record_only = bool(record_only)
+        self.symbolic = bool(symbolic) or self.record_only
+        self.capture_as_const = bool(capture_as_const) or self.record_only
         self.symbolic_shape = bool(symbolic_shape)
         self.profiling = bool(profiling)
         self.opt_level = opt_level
@@ -198,6 +202,9 @@ class trace:
     def _record(self, args, kwargs, tensors, in_tree):
         plugin = _plugin()
         rec = plugin.Recording(self.capture_as_const)
+        tr = _Trace(rec, in_tree, None, {} if self.profiling else None)
+        if self.symbolic:
+            return self._record_lazily(plugin, tr, args, kwargs, tensors)
         for t in tensors:
             rec.bind_arg(t)
         layer = self._layer = plugin.Recorder(rec)
@@ -209,9 +216,41 @@ class trace:
             _dispatch.set_top_hook(None)
             plugin.stack.unregister(layer)
         out_tensors = []
-        out_tree = _flatten(outputs, out_tensors)
+        tr.out_tree = _flatten(outputs, out_tensors)
         rec.finish(out_tensors)
-        return _Trace(rec, in_tree, out_tree, {} if self.profiling else None), outputs
+        return tr, outputs
+
+    def _record_lazily(self, plugin, tr, args, kwargs, tensors):
+        # symbolic=True: the ops are recorded without running, then run as one program
+        rec = tr.recording
+        layer = self._layer = plugin.LazyRecorder(rec, tr.programs)
+        layer.bind(tensors)
+        plugin.stack.register(layer, "trace")
+        _channel.resolve = layer.resolve
+        _dispatch.set_top_hook(layer)
+        try:
+            try:
+                outputs = self.__wrapped__(*args, **kwargs)
+            finally:
+                _dispatch.set_top_hook(None)
+                plugin.stack.unregister(layer)
+            out_tensors = []
+            tr.out_tree = _flatten(outputs, out_tensors)
+            rec.finish(out_tensors)
+        except BaseException:
+            try:
+                layer.abort()
+            finally:
+                _channel.resolve = None
+            raise
+        try:
+            if self.record_only:
+                layer.discard()
+            else:
+                layer.finish()
+        finally:
+            _channel.resolve = None
+        return tr, outputs
 
     def _replay(self, tr, args, kwargs, tensors):
         plugin = _plugin()

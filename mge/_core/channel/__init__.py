@@ -25,3 +25,4 @@ Channel = _impl.Channel
 UnusableTensorError = _impl.UnusableTensorError
 AsyncError = _impl.AsyncError
 get_channel = _impl.get_channel
+infer_outputs = _impl.infer_outputs

@@ -77,7 +77,8 @@ APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_
     _cb.APPLY, _cb.DEL, _cb.GET_VALUE, _cb.SWAP_IN, _cb.SWAP_OUT, _cb.DROP, _cb.SET_OPTION,
     _cb.PUSH_SCOPE, _cb.POP_SCOPE)
 
-__all__ = ["Channel", "get_channel", "UnusableTensorError", "AsyncError", "HOST_COMPUTE_SIZE"]
+__all__ = ["Channel", "get_channel", "infer_outputs", "UnusableTensorError", "AsyncError",
+           "HOST_COMPUTE_SIZE"]
 
 _get_ident = threading.get_ident
 
@@ -585,6 +586,21 @@ def _new_info(shape, dtype, device) -> TensorInfo:
     info.dtype = dtype
     info.device = device
     return info
+
+
+def infer_outputs(op, infos):
+    """The ``(shape, dtype, device)`` of each output of ``op`` on the handles ``infos``, by the
+    op's rule, as ``apply_op`` gives them -- without running anything (``trace(symbolic=True)``
+    records so).  Raises what ``apply_op`` raises for bad shapes, dtypes or devices."""
+    out_descs = INFER[type(op)](op, [(info.shape, info.dtype) for info in infos])
+    if op.sets_device or not infos:
+        device = op.device
+    else:
+        device = infos[0].device
+        for info in infos:
+            if info.device is not device and info.device != device:
+                raise _mixed_devices(op, infos)
+    return [(d[0], d[1], device) for d in out_descs]
 
 
 def _mixed_devices(op, inputs):
