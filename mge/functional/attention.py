@@ -231,8 +231,10 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
 
     # Slice io_weight_bias (MegEngine's order and offsets).
     w_o_rows = vproj_size if vproj_size > 0 else e_v * num_heads
-    parts = [("wq", qproj_size > 0, (embed_dim, qproj_size)), ("wk", kproj_size > 0, (e_k, kproj_size)),
-             ("wv", vproj_size > 0, (e_v, vproj_size)), ("wo", oproj_size > 0, (w_o_rows, oproj_size)),
+    parts = [("wq", qproj_size > 0, (embed_dim, qproj_size)),
+             ("wk", kproj_size > 0, (e_k, kproj_size)),
+             ("wv", vproj_size > 0, (e_v, vproj_size)),
+             ("wo", oproj_size > 0, (w_o_rows, oproj_size)),
              ("bq", qbias and qproj_size > 0, (qproj_size,)),
              ("bk", kbias and kproj_size > 0, (kproj_size,)),
              ("bv", vbias and vproj_size > 0, (vproj_size,)),
@@ -242,7 +244,8 @@ def multi_head_attention(query, key, value, embed_dim, num_heads, attn_drop, out
         raise _error("io_weight_bias is None but the projections need weights")
     got = 0 if io_weight_bias is None else int(np.prod(io_weight_bias.shape))
     if got != need:
-        raise _error(f"io_weight_bias has {got} elements ({tuple(io_weight_bias.shape) if io_weight_bias is not None else None}), "
+        shape = None if io_weight_bias is None else tuple(io_weight_bias.shape)
+        raise _error(f"io_weight_bias has {got} elements (shape {shape}), "
                      f"the projections (qproj_size={qproj_size}, kproj_size={kproj_size}, "
                      f"vproj_size={vproj_size}, oproj_size={oproj_size}, kdim={e_k}, vdim={e_v}, "
                      f"biases q/k/v/o={qbias}/{kbias}/{vbias}/{obias}) need {need}")

@@ -265,8 +265,8 @@ class RNNBase(Module):
         gate = self._flatten_weights.shape[0]
         expected = 0
         for layer in range(self.num_layers):
-            expected += self.num_directions * gate * (self._cell_input_size(layer) + self.hidden_size
-                                                      + (2 if self.bias else 0))
+            per_cell = self._cell_input_size(layer) + self.hidden_size + (2 if self.bias else 0)
+            expected += self.num_directions * gate * per_cell
         if flat.shape[0] != expected:
             raise ValueError(f"{type(self).__name__}: _flatten_weights has shape "
                              f"{tuple(self._flatten_weights.shape)}, which does not hold the "
@@ -279,7 +279,8 @@ class RNNBase(Module):
             for _ in range(self.num_directions):
                 w_ih = flat[offset:offset + gate * in_size].reshape(gate, in_size)
                 offset += gate * in_size
-                w_hh = flat[offset:offset + gate * self.hidden_size].reshape(gate, self.hidden_size)
+                w_hh = flat[offset:offset + gate * self.hidden_size]
+                w_hh = w_hh.reshape(gate, self.hidden_size)
                 offset += gate * self.hidden_size
                 b = None
                 if self.bias:

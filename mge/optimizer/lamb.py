@@ -11,7 +11,7 @@ initial value ``0``), so on the CPU its trust ratio is off whenever it is used (
 or ``always_adapt``).  MegEngine 1.13's ``LAMB`` and ``LAMBFp16`` also fail when they are built
 (``_add_state`` gets a ``dtype`` argument it does not take); mge's work.
 """
-from ..functional import full_like, sqrt, sum as _sum, where
+from ..functional import copy, full_like, sqrt, sum as _sum, where
 from .optimizer import Optimizer, _float
 
 __all__ = ["LAMB", "LAMBFp16"]
@@ -148,7 +148,9 @@ class LAMBFp16(LAMB):
             self._add_state(param, "exp_avg")
             self._add_state(param, "exp_avg_sq")
             self._add_state(param, "step", initializer=0.0)
-            self._state[param]["param_fp32"] = param.astype("float32")
+            fp32 = param.astype("float32")
+            # (astype of a float32 parameter is the parameter itself: the copy must be its own)
+            self._state[param]["param_fp32"] = copy(param) if fp32 is param else fp32
 
     def _updates(self, param_group):
         hyper = self._hyper(param_group)
