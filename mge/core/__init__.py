@@ -21,7 +21,7 @@ _t = _accel.load("mge._core.transformation")
 SEGMENTS, Transformation = _t.SEGMENTS, _t.Transformation
 from .. import _core
 
-apply = _accel.load("mge._core.dispatch").apply
+_dispatch_apply = _accel.load("mge._core.dispatch").apply
 
 __all__ = [
     "Transformation", "apply", "transformations", "disable_transformation",
@@ -31,7 +31,18 @@ __all__ = [
     "Device", "register_device_kind",
 ]
 
-ops = _core.ops
+from . import ops  # noqa: E402  (mge's op classes, and ``ops.builtin``: MegEngine's)
+
+
+def apply(op, *inputs):
+    """Run ``op`` on ``inputs`` through the transformation stack; returns a tuple of tensors.
+
+    ``op`` is one of mge's ops (``mge.core.ops``) or one of MegEngine's op classes
+    (``mge.core.ops.builtin``), which is translated into mge's ops.  Python numbers and numpy
+    arrays among the inputs become tensors."""
+    if isinstance(op, ops.builtin.BuiltinOp):
+        return tuple(op._apply(list(inputs)))
+    return _dispatch_apply(op, *inputs)
 
 
 def def_infer(cls):

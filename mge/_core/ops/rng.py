@@ -20,12 +20,14 @@ __all__ = ["UniformRNG", "GaussianRNG", "GammaRNG", "BetaRNG", "PoissonRNG", "Pe
            "ShuffleRNG", "new_handle", "delete_handle", "next_seed", "seed_handle"]
 
 _streams = {}
+_seeds = {}  # handle -> the seed its stream was last (re)started from
 _handles = [0]
 _int32 = np.dtype("int32")
 
 
 def seed_handle(handle, seed):
     """(Re)start the seed stream of ``handle`` from ``seed`` (an int)."""
+    _seeds[handle] = seed
     _streams[handle] = np.random.Generator(np.random.PCG64(seed))
 
 

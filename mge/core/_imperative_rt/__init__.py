@@ -1,0 +1,39 @@
+"""``mge.core._imperative_rt``: the names MegEngine's C++ extension module exposes, over mge.
+
+MegEngine's ``_imperative_rt`` is its compiled runtime.  mge has no C++ runtime; this package
+gives the parts that make sense over mge's Python runtime: :mod:`.core2` (``apply``, ``Tensor``,
+errors, options, sync), :mod:`.ops` (RNG handles and seeds), :mod:`.common` (``CompNode``,
+``DeviceTensorND``, dtype helpers), :mod:`.utils` (``Logger``).  MegBrain's graph classes
+(``ComputingGraph``, ``VarNode``, ``OperatorNodeConfig``, ``make_backward_graph``) have no
+counterpart: reading them raises ``NotImplementedError`` naming what to use instead.
+"""
+from . import common, core2, ops, utils  # noqa: F401
+from .common import CompNode, DeviceTensorND  # noqa: F401
+from .utils import Logger  # noqa: F401
+
+__all__ = ["CompNode", "DeviceTensorND", "Logger", "TensorAttr", "common", "core2", "ops", "utils"]
+
+_GRAPH_ONLY = {
+    "ComputingGraph", "VarNode", "OperatorNode", "OperatorNodeConfig", "AsyncExecutable",
+    "imperative", "make_const", "make_h2d", "SymbolVar", "GraphOptimizeOptions",
+}
+
+
+class TensorAttr:
+    """MegEngine's description of a tensor for ``make_backward_graph``: ``shape``, ``dtype`` and
+    ``comp_node`` attributes (mge builds no backward graphs; the class is kept for code that
+    only fills it in)."""
+
+    def __init__(self, shape=None, dtype=None, comp_node=None):
+        self.shape = shape
+        self.dtype = dtype
+        self.comp_node = comp_node
+
+
+def __getattr__(name):
+    if name in _GRAPH_ONLY:
+        raise NotImplementedError(
+            f"mge.core._imperative_rt.{name} belongs to MegBrain's C++ computing graph, which mge "
+            "does not have; use eager tensors, mge.jit.trace and mge.autodiff instead (see "
+            "docs/differences.rst)")
+    raise AttributeError(f"module 'mge.core._imperative_rt' has no attribute {name!r}")

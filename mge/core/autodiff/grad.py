@@ -1,0 +1,19 @@
+"""``mge.core.autodiff.grad``: MegEngine's ``Grad`` (one recording: ``wrt``, ``__call__``, a context
+manager) and ``Function``, as mge's ``GradManager`` uses them (the ``grad`` plugin does the work)."""
+from ...autodiff.function import Function
+from ...autodiff.grad_manager import _Grad
+
+__all__ = ["Grad", "Function", "get_grad_managers"]
+
+
+class Grad(_Grad):
+    """One recording of operations for reverse-mode differentiation.
+
+    ``with Grad() as grad: grad.wrt(x, callback=f); y = ...; grad(y, dy)`` calls ``f(dx)``.
+    ``Grad(name=None)``; ``wrt(*tensors, callback=None)`` returns the ``Grad``.
+    """
+
+
+def get_grad_managers():
+    """The ``GradManager`` objects recording now (mge keeps none outside ``GradManager``)."""
+    return []
