@@ -11,6 +11,7 @@ import itertools
 import multiprocessing
 import multiprocessing.connection
 import signal
+import threading
 import time
 import weakref
 
@@ -18,6 +19,31 @@ from . import _transport
 from ._worker import worker_loop
 
 _GRACE_S = 2.0  # how long workers get to leave on their own at a normal shutdown
+
+
+class _DeferSigint:
+    """While workers are being forked, a Ctrl-C is held back and raised once they are all
+    recorded (so that shutdown knows every one of them). Main thread only."""
+
+    def __enter__(self):
+        self.hit = False
+        self.old = None
+        if threading.current_thread() is threading.main_thread():
+            try:
+                self.old = signal.signal(signal.SIGINT, self._handler)
+            except (ValueError, TypeError):
+                self.old = None
+        return self
+
+    def _handler(self, signum, frame):
+        self.hit = True
+
+    def __exit__(self, *exc):
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
+        if self.hit and exc[0] is None:
+            raise KeyboardInterrupt
+        return False
 
 
 class _Pool:
@@ -34,6 +60,10 @@ class _Pool:
         if self.closed:
             return
         self.closed = True
+        with _DeferSigint():  # a second Ctrl-C must not leave workers behind
+            self._stop(grace)
+
+    def _stop(self, grace):
         for conn in self.index_conns:
             try:
                 conn.send(None)
@@ -93,23 +123,8 @@ class ParallelFetcher:
         self._pool = pool = _Pool()
         self._finalizer = weakref.finalize(self, pool.shutdown, 0.0)
         try:
-            for i in range(self.num_workers):
-                slots = [_transport.new_slot() for _ in range(self.prefetch + 1)] if use_shm else []
-                pool.slots.extend(slots)
-                idx_r, idx_w = ctx.Pipe(duplex=False)
-                res_r, res_w = ctx.Pipe(duplex=False)
-                p = ctx.Process(
-                    target=worker_loop,
-                    args=(loader.dataset, idx_r, res_w, loader.transform, loader.collator,
-                          (seed + i) % (1 << 32), i, self.num_workers, datakind,
-                          self.parallel_stream, apply_transform, loader.worker_init_fn, slots),
-                    daemon=True, name="DataLoaderWorker-{}".format(i))
-                p.start()
-                idx_r.close()
-                res_w.close()
-                pool.procs.append(p)
-                pool.index_conns.append(idx_w)
-                pool.result_conns.append(res_r)
+            with _DeferSigint():
+                self._start_workers(loader, ctx, use_shm, seed, datakind, apply_transform)
         except BaseException:
             self._finalizer()
             raise
@@ -127,6 +142,26 @@ class ParallelFetcher:
         except BaseException:
             self._finalizer()
             raise
+
+    def _start_workers(self, loader, ctx, use_shm, seed, datakind, apply_transform):
+        pool = self._pool
+        for i in range(self.num_workers):
+            slots = [_transport.new_slot() for _ in range(self.prefetch + 1)] if use_shm else []
+            pool.slots.extend(slots)
+            idx_r, idx_w = ctx.Pipe(duplex=False)
+            res_r, res_w = ctx.Pipe(duplex=False)
+            p = ctx.Process(
+                target=worker_loop,
+                args=(loader.dataset, idx_r, res_w, loader.transform, loader.collator,
+                      (seed + i) % (1 << 32), i, self.num_workers, datakind,
+                      self.parallel_stream, apply_transform, loader.worker_init_fn, slots),
+                daemon=True, name="DataLoaderWorker-{}".format(i))
+            p.start()
+            idx_r.close()
+            res_w.close()
+            pool.procs.append(p)
+            pool.index_conns.append(idx_w)
+            pool.result_conns.append(res_r)
 
     # -- sending -------------------------------------------------------------------------------
     def _try_put_index(self):
@@ -186,6 +221,15 @@ class ParallelFetcher:
                 self._rcvd_idx += 1
                 self._try_put_index()
                 return info[1]
+            conn = self._pool.result_conns[info[0]]
+            if conn.poll():  # fast path: the batch we need is waiting in its pipe
+                try:
+                    msg = conn.recv()
+                except (EOFError, OSError):
+                    self._receive(deadline)  # reports the dead worker
+                    continue
+                self._handle(info[0], msg)
+                continue
             self._receive(deadline)
 
     def _receive(self, deadline):

@@ -109,8 +109,20 @@ def worker_loop(dataset, index_conn, result_conn, transform, collator, seed, wor
     _worker_info = WorkerInfo(idx=worker_id, worker=num_workers, seed=seed)
     encoder = _transport.Encoder(slots)
     parent = os.getppid()
-    inbox = queue.Queue()
-    threading.Thread(target=_reader, args=(index_conn, inbox), daemon=True).start()
+    if datakind == "stream" and not parallel_stream:
+        # the main process sends raw samples, possibly large: a reader thread drains the pipe so
+        # that the main process never blocks sending to a worker that is busy sending to it
+        inbox = queue.Queue()
+        threading.Thread(target=_reader, args=(index_conn, inbox), daemon=True).start()
+        get = inbox.get
+    else:
+        def get(timeout):
+            if not index_conn.poll(timeout):
+                raise queue.Empty
+            try:
+                return index_conn.recv()
+            except (EOFError, OSError):
+                return None
 
     def send(msg):
         try:
@@ -129,7 +141,7 @@ def worker_loop(dataset, index_conn, result_conn, transform, collator, seed, wor
     ended = False
     while True:
         try:
-            msg = inbox.get(timeout=_PARENT_POLL_S)
+            msg = get(timeout=_PARENT_POLL_S)
         except queue.Empty:
             if os.getppid() != parent:
                 break

@@ -70,13 +70,20 @@ class VisionTransform(Transform):
         r"""Apply the transform to one sample."""
         if not isinstance(input, tuple):
             input = (input,)
-        output = []
-        for i in range(min(len(input), len(self.order))):
-            apply_func = self._get_apply(self.order[i])
-            output.append(input[i] if apply_func is None else apply_func(input[i]))
-        if len(input) > len(self.order):
-            output.extend(input[len(self.order):])
+        appliers = self._appliers()
+        output = [x if f is None else f(x) for f, x in zip(appliers, input)]
+        if len(input) > len(appliers):
+            output.extend(input[len(appliers):])
         return output[0] if len(output) == 1 else tuple(output)
+
+    def _appliers(self):
+        # the _apply_* method of each field of ``order``, looked up once per order
+        cache = self.__dict__.get("_appliers_cache")
+        order = self.order
+        if cache is None or cache[0] is not order:
+            cache = (order, [self._get_apply(k) for k in order])
+            self.__dict__["_appliers_cache"] = cache
+        return cache[1]
 
     def _get_apply(self, key):
         return getattr(self, "_apply_{}".format(key), None)
@@ -751,8 +758,10 @@ class HueTransform(_Passthrough, VisionTransform):
         h, s, v = cv.split(cv.cvtColor(image, cv.COLOR_BGR2HSV_FULL))
         alpha = np.random.uniform(-self.value, self.value)
         h = h.astype(np.uint8)
-        with np.errstate(over="ignore"):  # uint8 arithmetic wraps the hue around
-            h += np.uint8(alpha * 255)
+        # uint8 arithmetic wraps the hue around; the shift truncates toward zero and wraps as
+        # numpy 1's ``np.uint8(alpha * 255)`` does (numpy 2 refuses negative values)
+        with np.errstate(over="ignore"):
+            h += np.uint8(int(alpha * 255) % 256)
         return cv.cvtColor(cv.merge([h, s, v]), cv.COLOR_HSV2BGR_FULL).astype(dtype)
 
 
