@@ -21,7 +21,10 @@ _t = _accel.load("mge._core.transformation")
 SEGMENTS, Transformation = _t.SEGMENTS, _t.Transformation
 from .. import _core
 
-_dispatch_apply = _accel.load("mge._core.dispatch").apply
+#: ``apply(op, *inputs)``: run one of mge's ops through the transformation stack (the hot entry
+#: of mge's own API).  MegEngine's op classes (``mge.core.ops.builtin``) are applied with
+#: ``mge.core._imperative_rt.core2.apply``, MegEngine's entry point, which translates them.
+apply = _accel.load("mge._core.dispatch").apply
 
 __all__ = [
     "Transformation", "apply", "transformations", "disable_transformation",
@@ -34,15 +37,6 @@ __all__ = [
 from . import ops  # noqa: E402  (mge's op classes, and ``ops.builtin``: MegEngine's)
 
 
-def apply(op, *inputs):
-    """Run ``op`` on ``inputs`` through the transformation stack; returns a tuple of tensors.
-
-    ``op`` is one of mge's ops (``mge.core.ops``) or one of MegEngine's op classes
-    (``mge.core.ops.builtin``), which is translated into mge's ops.  Python numbers and numpy
-    arrays among the inputs become tensors."""
-    if isinstance(op, ops.builtin.BuiltinOp):
-        return tuple(op._apply(list(inputs)))
-    return _dispatch_apply(op, *inputs)
 
 
 def def_infer(cls):

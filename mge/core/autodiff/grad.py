@@ -13,6 +13,14 @@ class Grad(_Grad):
     ``Grad(name=None)``; ``wrt(*tensors, callback=None)`` returns the ``Grad``.
     """
 
+    def __call__(self, ys, dys):
+        """Backward from ``ys`` with output gradients ``dys`` (tensors or sequences of them)."""
+        if not isinstance(ys, (list, tuple)):
+            ys = [ys]
+        if not isinstance(dys, (list, tuple)):
+            dys = [dys]
+        return super().__call__(list(ys), list(dys))
+
 
 def get_grad_managers():
     """The ``GradManager`` objects recording now (mge keeps none outside ``GradManager``)."""

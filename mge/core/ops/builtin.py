@@ -56,6 +56,10 @@ class _EnumMember(str):
 
     __str__ = __repr__
 
+    def __reduce__(self):
+        # pickled as its plain name: op constructors accept names
+        return (str, (str.upper(self),))
+
 
 def _make_enum(qualname, names):
     """A MegEngine-style enum class: members are attributes named as their (upper-case) value."""

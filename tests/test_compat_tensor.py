@@ -1,0 +1,71 @@
+"""The members of MegEngine's Python Tensor that mge adds in mge/tensor.py."""
+import math
+import warnings
+
+import numpy as np
+import pytest
+
+import mge
+
+
+def test_tuple_shape_and_isscalar():
+    x = mge.tensor(np.zeros((2, 3), np.float32))
+    assert x._tuple_shape == (2, 3) and isinstance(x._tuple_shape, tuple)
+    assert not x._isscalar() and mge.tensor(1.0)._isscalar()
+    p = mge.Parameter([1.0, 2.0])
+    assert p._tuple_shape == (2,)
+
+
+def test_dev_tensor():
+    x = mge.tensor([1.0, 2.0])
+    d = x._dev_tensor()
+    assert d.shape == (2,) and d.dtype == np.float32 and d.comp_node == x.device
+    np.testing.assert_array_equal(d.numpy(), [1.0, 2.0])
+
+
+def test_set_value_and_reset_zero():
+    p = mge.Parameter([1.0, 2.0])
+    with warnings.catch_warnings(record=True) as w:
+        warnings.simplefilter("always")
+        p.reset_zero()
+        np.testing.assert_array_equal(p.numpy(), [0.0, 0.0])
+        p.set_value(np.array([3.0, 4.0], np.float32))
+    np.testing.assert_array_equal(p.numpy(), [3.0, 4.0])
+    assert isinstance(p, mge.Parameter)
+    assert sum(issubclass(i.category, DeprecationWarning) for i in w) == 2
+
+
+def test_format():
+    x = mge.tensor(np.ones((1, 2, 3, 3), np.float32))
+    assert x.format == "default"
+    x.format = "nhwc"
+    assert x.format == "nhwc"
+    with pytest.raises(ValueError):
+        x.format = "weird"
+
+
+def test_qparams():
+    x = mge.tensor([1.0])
+    q = x.qparams
+    assert q.scale is None and q.zero_point is None and q.mode.name == "SYMMERTIC"
+    assert x._qparams is q
+    from mge.core.tensor.qparams import create_qparams
+    x.qparams = create_qparams(scale=mge.tensor(0.5))
+    assert x.qparams.scale.item() == 0.5
+
+
+def test_dlpack_and_math_dunders():
+    x = mge.tensor(np.arange(6, dtype=np.float32).reshape(2, 3))
+    y = np.from_dlpack(x)
+    np.testing.assert_array_equal(y, x.numpy())
+    assert x.__dlpack_device__() == (1, 0)
+    s = mge.tensor(2.5)
+    assert math.floor(s) == 2 and math.ceil(s) == 3 and math.trunc(mge.tensor(-2.5)) == -2
+
+
+def test_requires_grad_reserved():
+    x = mge.tensor([1.0])
+    with pytest.raises(AttributeError):
+        x.requires_grad
+    with pytest.raises(AttributeError):
+        x.requires_grad = True
