@@ -7,6 +7,7 @@ give float32 for integer inputs, as in MegEngine.
 """
 from .._core.ops.elemwise import elemwise_op
 from ..core import apply
+from ..core.ops.builtin import Elemwise  # noqa: F401  (MegEngine exports the op class here)
 
 __all__ = [
     "abs", "add", "acos", "asin", "atan", "atan2", "asinh", "acosh", "atanh", "ceil", "clip",
