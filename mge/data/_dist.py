@@ -3,6 +3,7 @@ import sys
 
 
 def world_size_and_rank():
+    """``(world_size, rank)`` of the distributed group, or ``(1, 0)``."""
     dist = sys.modules.get("mge.distributed")
     if dist is not None:
         try:
@@ -14,4 +15,5 @@ def world_size_and_rank():
 
 
 def is_distributed():
+    """Whether more than one rank runs."""
     return world_size_and_rank()[0] > 1

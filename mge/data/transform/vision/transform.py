@@ -301,6 +301,7 @@ class _ResizeBase(VisionTransform):
     """Resize to ``self._get_shape(image)`` -> ``(h, w, th, tw)``; masks with nearest neighbour."""
 
     def apply(self, input: Tuple):
+        r"""Apply to one sample: one random draw, shared by all its fields."""
         self._shape_info = self._get_shape(self._get_image(input))
         return super().apply(input)
 
@@ -435,6 +436,7 @@ class RandomCrop(VisionTransform):
         self.padding_maskvalue = padding_maskvalue
 
     def apply(self, input):
+        r"""Apply to one sample: one random draw, shared by all its fields."""
         input = self.pad.apply(input)
         self._h, self._w, _ = self._get_image(input).shape
         self._th, self._tw = self.output_size
@@ -485,6 +487,7 @@ class RandomResizedCrop(VisionTransform):
         self.interpolation = interpolation
 
     def apply(self, input: Tuple):
+        r"""Apply to one sample: one random draw, shared by all its fields."""
         self._coord_info = self._get_coord(self._get_image(input))
         return super().apply(input)
 
@@ -538,6 +541,7 @@ class CenterCrop(VisionTransform):
         self.output_size = _pair(output_size)
 
     def apply(self, input: Tuple):
+        r"""Apply to one sample: one random draw, shared by all its fields."""
         self._coord_info = self._get_coord(self._get_image(input))
         return super().apply(input)
 
@@ -575,6 +579,7 @@ class RandomHorizontalFlip(VisionTransform):
         self.prob = prob
 
     def apply(self, input: Tuple):
+        r"""Apply to one sample: one random draw, shared by all its fields."""
         self._flipped = np.random.random() < self.prob
         self._w = self._get_image(input).shape[1]
         return super().apply(input)
@@ -604,6 +609,7 @@ class RandomVerticalFlip(VisionTransform):
         self.prob = prob
 
     def apply(self, input: Tuple):
+        r"""Apply to one sample: one random draw, shared by all its fields."""
         self._flipped = np.random.random() < self.prob
         self._h = self._get_image(input).shape[0]
         return super().apply(input)
