@@ -5,7 +5,7 @@
 
 The data: an ``ArrayDataset`` of 10,000 uint8 images (28x28x1 by default, ``--size 8`` for 8x8)
 and int labels, a ``RandomSampler`` (batch 64), and ``Compose([Normalize(mean, std),
-ToMode("CHW")])`` per sample. The loop: a 784-256-10 MLP (``mge.module.Linear``, ReLU), softmax
+ToMode("CHW")])`` per sample. The loop: a (size*size)-256-10 MLP (``mge.module.Linear``, ReLU), softmax
 cross-entropy, ``GradManager`` + SGD, the loss read back every step (so each step is timed to
 completion). Each round runs ``--steps`` steps with ``num_workers=0`` and with
 ``num_workers=--workers``, in alternating order; a step is timed from the end of the previous step
@@ -135,8 +135,9 @@ def main():
             rates[n].append(load_only(loaders[n], a.steps))
 
     print("DataLoader benchmark: %d images %dx%dx1 uint8, batch %d, Compose([Normalize, ToMode('CHW')])"
-          ", 784-256-10 MLP step, %d rounds x %d steps, %d CPU(s)"
-          % (len(ds), a.size, a.size, a.batch, a.rounds, a.steps, os.cpu_count()))
+          ", %d-256-10 MLP step, %d rounds x %d steps, %d CPU(s), load average %.1f"
+          % (len(ds), a.size, a.size, a.batch, a.size * a.size, a.rounds, a.steps, os.cpu_count(),
+             os.getloadavg()[0]))
     print("%-12s %14s %14s %16s %18s" % ("config", "step ms (med)", "next() ms", "first step ms",
                                           "load-only batch/s"))
     for n in names:
