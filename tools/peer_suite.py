@@ -105,7 +105,11 @@ def run_file(work, rel, python, timeout):
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout}s"
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
-    return lines[-1] if lines else f"no output (exit {proc.returncode})"
+    for ln in reversed(lines):  # pytest's summary, unless the process died before it
+        if re.search(r"\d+ (passed|failed|errors?|skipped|deselected)\b|no tests ran", ln):
+            return ln.strip("= ")
+    tail = lines[-1][:100] if lines else "no output"
+    return f"1 error: pytest died (exit {proc.returncode}): {tail}"
 
 
 def main(argv=None):
