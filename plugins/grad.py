@@ -44,7 +44,7 @@ from mge.core import Transformation, ops
 
 __all__ = [
     "GradTransformation", "GradKey", "backward", "get_backward_closure", "set_grad",
-    "get_grad_key", "is_grad_attached", "snapshot",
+    "get_grad_key", "is_grad_attached", "snapshot", "set_backward_hook",
 ]
 
 Tensor = mge.Tensor
@@ -55,6 +55,7 @@ _IDENTITY = ops.Identity()
 _ref = weakref.ref
 
 _entered = []              # the keys on the stack, oldest first
+_hook = None               # a running jit.trace's layer: sees each backward (set_backward_hook)
 _epoch = 0                 # bumped by each in-place update while a key is entered
 _retired = {}              # id(tensor) -> [tensor, (epoch, holder of its value before), ...]
 
@@ -415,8 +416,39 @@ def _toposort(roots):
     return order
 
 
+def set_backward_hook(hook):
+    """Install ``hook`` (``None`` removes it); returns the previous one.  ``mge.jit.trace``
+    uses it to record which ops a backward pass issued and which gradients reached which
+    attached tensors, and to replay the pass from its recording without running the rules.
+
+    ``hook.backward(key, seeds, run, attached, alone)`` is called for each backward: ``seeds``
+    as ``run(key, seeds)`` takes them (``run`` is the backward itself), ``attached`` the
+    ``(tensor, callback)`` pairs of the key's attached tensors, ``alone`` whether no other key
+    records (the key is frozen already).  During ``run``, ``hook.gave_grad(tensor, grad)`` is called before an attached
+    tensor's callback, and ``hook.ran_custom()`` when a ``set_grad`` rule (a ``Function``'s
+    Python backward) runs."""
+    global _hook
+    prev = _hook
+    _hook = hook
+    return prev
+
+
 def _run(key, seeds):
     key._freeze()
+    hook = _hook
+    if hook is None:
+        return _run_tape(key, seeds)
+    attached = []
+    for ref in key._tape:
+        node = ref()
+        if type(node) is _AttachNode and node.callback is not None:
+            t = node.target()
+            if t is not None:
+                attached.append((t, node.callback))
+    return hook.backward(key, seeds, _run_tape, attached, len(_entered) == 1)
+
+
+def _run_tape(key, seeds):
     bw = _Pass(stack.below(key._layer))
     roots = []
     for k, (slot, y, dy) in enumerate(seeds):
@@ -504,6 +536,10 @@ class _Pass:
                 if self.held.get(id(g), 0) > 1:
                     given = self.below(_IDENTITY, (g,))[0]
                 self.hold(given)  # the receiver's now: it may update it in place
+                if _hook is not None:
+                    t = n.target()
+                    if t is not None:
+                        _hook.gave_grad(t, given)
                 n.callback(given)
             if in_slots and needs[0]:
                 self.accumulate(in_slots[0][1], in_slots[0][2], g)
@@ -533,6 +569,8 @@ class _Pass:
                 raise
             shapes = [x._info.shape for x in inputs]
         else:
+            if _hook is not None:
+                _hook.ran_custom()
             result = n.rule(*out_grads)
             if result is None or isinstance(result, Tensor):
                 result = (result,)
@@ -651,3 +689,4 @@ GradTransformation.set_grad = staticmethod(set_grad)
 GradTransformation.get_grad_key = staticmethod(get_grad_key)
 GradTransformation.is_grad_attached = staticmethod(is_grad_attached)
 GradTransformation.snapshot = staticmethod(snapshot)
+GradTransformation.set_backward_hook = staticmethod(set_backward_hook)

@@ -97,6 +97,7 @@ class Recording:
         self.outputs = []
         self.last_use = []   # var -> index of the last op that reads it (-1: none)
         self.calls = {}      # first op -> (op, input specs, end, output vars, AMP on): see top
+        self.backwards = {}  # first op -> a backward pass, for replaying it whole (or None)
         self.assigned = []   # (captured tensor, var of its value after the call)
         self._var_of = {}    # id(handle) -> var, while recording
         self._keep = []      # the handles seen: their ids stay unique while recording
@@ -177,6 +178,8 @@ class Recorder(Transformation):
         self.depth = 0
         self.purity = _Purity(self)
         self.amp = _amp_state()
+        self.grads = None    # during a backward pass: the gradients given to attached tensors
+        self.custom = False  # whether a Function's Python backward ran in it
 
     def top(self, op, inputs):
         """A top-level ``apply``: note the ops it issues, for replaying it whole."""
@@ -215,6 +218,40 @@ class Recorder(Transformation):
         outputs = next(op, inputs)
         rec.add(op, inputs, ins, outputs)
         return outputs
+
+    # -- backward passes (the grad plugin's hook) -------------------------------------------------
+    def backward(self, key, seeds, run, attached, alone):
+        """A backward pass: it runs as usual; noted so that replays can skip its rules.
+
+        Noted: its ops ``[start, end)``, which gradient (var) reached which attached tensor after
+        which op, the attached tensors, and the vars of the seeds.  A pass that another key
+        records (higher order) or that runs a ``Function``'s Python backward is not replayed
+        whole."""
+        rec = self.recording
+        start = len(rec.ops)
+        seed_vars = []
+        for slot, y, dy in seeds:
+            vy = rec.var_of(y, False) if isinstance(y, Tensor) else None
+            vdy = rec.var_of(dy, False) if isinstance(dy, Tensor) else None
+            seed_vars.append((vy, vdy, slot is None, dy is None))
+        outer, self.grads, self.custom = self.grads, [], False
+        try:
+            run(key, seeds)
+        finally:
+            grads, self.grads = self.grads, outer
+        whole = (alone and not self.custom and all(v is not None for v, _, _, _ in seed_vars)
+                 and all(vdy is not None or no_dy for _, vdy, _, no_dy in seed_vars)
+                 and all(v is not None for _, _, v in grads))
+        rec.backwards[start] = (len(rec.ops), tuple(grads), frozenset(id(t) for t, _ in attached),
+                                tuple(seed_vars)) if whole else None
+
+    def gave_grad(self, tensor, grad):
+        if self.grads is not None:
+            rec = self.recording
+            self.grads.append((len(rec.ops), id(tensor), rec.var_of(grad, False)))
+
+    def ran_custom(self):
+        self.custom = True
 
     # (``mge.jit.SymbolVar``'s questions; the values exist: the ops ran)
     def var_of(self, tensor):
@@ -563,6 +600,46 @@ class Replayer(Transformation):
             f"the traced function diverged at {rec.describe(k)}: input {j} is not the tensor "
             f"recorded there ({what}, shape {rec.descs[v][0]}, {rec.descs[v][1]}; got shape "
             f"{info.shape}, {info.dtype})")
+
+    # -- backward passes (the grad plugin's hook) -------------------------------------------------
+    def backward(self, key, seeds, run, attached, alone):
+        """A backward pass: replayed whole when it is the recorded one at this point -- the same
+        seeds, the same attached tensors, no other key recording.  Its rules do not run: the
+        recorded ops are taken as matched (they follow from the ops matched before), and each
+        attached tensor's callback gets a placeholder of the gradient recorded for it, in the
+        recorded order; what a callback issues is matched as usual.  Otherwise it runs."""
+        m = self.m
+        seg = self.rec.backwards.get(m.pos)
+        if seg is None or not alone:
+            return run(key, seeds)
+        end, grads, attached_ids, seed_vars = seg
+        if len(seeds) != len(seed_vars):
+            return run(key, seeds)
+        for (slot, y, dy), (vy, vdy, untracked, no_dy) in zip(seeds, seed_vars):
+            if ((slot is None) != untracked or (dy is None) != no_dy
+                    or not isinstance(y, Tensor) or not self.holds(y, vy)
+                    or (dy is not None and (not isinstance(dy, Tensor) or not self.holds(dy, vdy)))):
+                return run(key, seeds)
+        callbacks = {id(t): cb for t, cb in attached}
+        if len(callbacks) != len(attached_ids) or not attached_ids.issuperset(callbacks):
+            return run(key, seeds)
+        for k, target, v in grads:
+            if m.pos > k:
+                raise TraceError(f"the traced function diverged in a backward pass: a gradient "
+                                 f"callback issued ops up to op #{m.pos - 1} where the next "
+                                 f"gradient came after op #{k - 1} when recorded")
+            m.pos = k
+            callbacks[target](m.placeholder(v))
+        if m.pos > end:
+            raise TraceError("the traced function diverged in a backward pass: a gradient "
+                             f"callback issued ops beyond the recorded pass ({self.rec.describe(end - 1)})")
+        m.pos = end
+
+    def gave_grad(self, tensor, grad):
+        pass  # (a backward pass that runs in a replay: its ops are matched one by one)
+
+    def ran_custom(self):
+        pass
 
     # (``mge.jit.SymbolVar``'s questions: a replay computes any value read)
     def var_of(self, tensor):

@@ -18,8 +18,10 @@ from mge._core import _accel
 _accel.guard(__name__)
 if cython.compiled:
     from cython.cimports.mge._core.channel.handles_c import TensorInfo
+    from cython.cimports.mge._core.device.cpu.handoff_c import Handoff
 else:
     TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
+    Handoff = _accel.load("mge._core.device.cpu.handoff").Handoff
 
 __all__ = ["Match"]
 
@@ -56,6 +58,7 @@ class Match:
     purity = cython.declare(object, visibility="public")   # has .check(): stack above is pure
     amp = cython.declare(object, visibility="public")      # dtype_promote's AMP state, or None
     stack = cython.declare(object)
+    handoff = cython.declare(Handoff)                      # the channel's worker's GIL hand-off
     version = cython.declare(object)                       # the stack version purity was for
     pure = cython.declare(cython.bint)
 
@@ -73,6 +76,7 @@ class Match:
         self.purity = purity
         self.amp = amp
         self.stack = _accel.load("mge._core.dispatch").stack
+        self.handoff = _accel.load("mge._core.channel.channel").get_channel().handoff
         self.version = None
         self.pure = False
 
@@ -92,7 +96,10 @@ class Match:
 
     @cython.cfunc
     def _placeholders(self, outs: tuple) -> tuple:
-        # one new placeholder per output var, each var's handle in this call
+        # one new placeholder per output var, each var's handle in this call.  A replay issues
+        # no channel op per op; like one, it lets a worker that is running an earlier program
+        # (and needs the GIL between its matrix products) go on first (handoff.py).
+        self.handoff.yield_to_worker()
         result = []
         j: cython.Py_ssize_t
         for j in range(len(outs)):
@@ -101,6 +108,12 @@ class Match:
             self.vi[v] = self._virtual(v, t)
             result.append(t)
         return tuple(result)
+
+    def placeholder(self, v):
+        """A new placeholder of var ``v`` (a value the replay hands out itself: a gradient)."""
+        t = _Tensor.__new__(_Tensor)
+        self.vi[v] = self._virtual(v, t)
+        return t
 
     @cython.cfunc
     def _holds(self, x, v) -> cython.bint:

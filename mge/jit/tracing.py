@@ -15,6 +15,7 @@ import json
 from .._core import _accel
 from .._core.channel import get_channel
 from .._core.errors import TraceError
+from .._core import profiler as _profiler  # profiler: trace record/replay spans (issue 13)
 from .._core.plugins import get_plugin
 from ..tensor import Tensor
 from .dump import dump_trace
@@ -50,9 +51,11 @@ def exclude_from_trace():
     stack = _plugin().stack
     stack.unregister(layer)
     hook = _dispatch.set_top_hook(None)
+    backward_hook = _set_backward_hook(None)
     try:
         yield
     finally:
+        _set_backward_hook(backward_hook)
         _dispatch.set_top_hook(hook)
         stack.register(layer, "trace")
         _excluded = False
@@ -60,6 +63,15 @@ def exclude_from_trace():
 
 def _plugin():
     return get_plugin("trace")
+
+
+def _set_backward_hook(layer):
+    # the grad plugin tells a trace's layer about backward passes (None: it is switched off)
+    try:
+        grad = get_plugin("grad")
+    except Exception:
+        return None
+    return grad.set_backward_hook(layer)
 
 
 def _flatten(obj, out):
@@ -178,6 +190,8 @@ class trace:
         key = (in_tree, tuple((t._info.shape, t._info.dtype, t._info.device) for t in tensors))
         tr = self._traces.get(key)
         _active = self
+        _pspan = _profiler.span("trace", ("trace record " if tr is None else "trace replay ")  # profiler
+                                + self.__name__)  # profiler (issue 13): None when idle
         try:
             if tr is None:
                 if self._traces and not self.symbolic_shape:
@@ -196,6 +210,7 @@ class trace:
         finally:
             _active = None
             self._layer = None
+            _profiler.end(_pspan)  # profiler (issue 13)
         self._last = tr
         return outputs
 
@@ -210,9 +225,11 @@ class trace:
         layer = self._layer = plugin.Recorder(rec)
         plugin.stack.register(layer, "trace")
         _dispatch.set_top_hook(layer)
+        _set_backward_hook(layer)
         try:
             outputs = self.__wrapped__(*args, **kwargs)
         finally:
+            _set_backward_hook(None)
             _dispatch.set_top_hook(None)
             plugin.stack.unregister(layer)
         out_tensors = []
@@ -228,10 +245,12 @@ class trace:
         plugin.stack.register(layer, "trace")
         _channel.resolve = layer.resolve
         _dispatch.set_top_hook(layer)
+        _set_backward_hook(layer)
         try:
             try:
                 outputs = self.__wrapped__(*args, **kwargs)
             finally:
+                _set_backward_hook(None)
                 _dispatch.set_top_hook(None)
                 plugin.stack.unregister(layer)
             out_tensors = []
@@ -259,10 +278,12 @@ class trace:
         plugin.stack.register(layer, "trace")
         _channel.resolve = layer.resolve
         _dispatch.set_top_hook(layer)
+        _set_backward_hook(layer)
         try:
             try:
                 outputs = self.__wrapped__(*args, **kwargs)
             finally:
+                _set_backward_hook(None)
                 _dispatch.set_top_hook(None)
                 plugin.stack.unregister(layer)
             self._check_outputs(tr, outputs)
