@@ -23,6 +23,7 @@ from . import module  # noqa: E402,F401
 from . import jit, optimizer  # noqa: E402,F401
 from . import dtr  # noqa: E402,F401
 from . import data  # noqa: E402,F401  (lazy: its submodules load on first use)
+from . import utils  # noqa: E402,F401  (lazy: profiler, profile_analyze, module_stats)
 from .serialization import load, save  # noqa: E402
 from ._core.plugins import load_plugins as _load_plugins  # noqa: E402
 
@@ -42,4 +43,4 @@ def _sync():
 
 
 __all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "autodiff", "config", "core",
-           "device", "module", "optimizer", "dtr", "jit", "data", "save", "load", "get_default_device", "set_default_device", "__version__"]
+           "device", "module", "optimizer", "dtr", "jit", "data", "utils", "save", "load", "get_default_device", "set_default_device", "__version__"]

@@ -76,10 +76,25 @@ _chains = stack.chains
 
 
 _top = None  # a running jit.trace's hook for top-level calls (set_top_hook), or None
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
 
 
 def apply(op, *inputs):
     """Apply ``op`` to ``inputs`` through the transformation stack; returns a tuple of tensors."""
+    if _prof is not None:  # profiler: the op as a dispatch span (the only check when idle)
+        return _prof.dispatch(_apply_now, op, inputs)
+    if _top is not None:
+        return _top.top(op, inputs)
+    return _through_stack(op, inputs)
+
+
+def _apply_now(op, inputs):
+    # apply's body, for the profiler's span
     if _top is not None:
         return _top.top(op, inputs)
     return _through_stack(op, inputs)

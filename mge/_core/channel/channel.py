@@ -81,6 +81,12 @@ __all__ = ["Channel", "get_channel", "infer_outputs", "UnusableTensorError", "As
            "HOST_COMPUTE_SIZE"]
 
 _get_ident = threading.get_ident
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
 
 ASYNC_HINT = ("Hint: this is where it is reported, not where it happened. "
               "Set mge.config.async_level = 0 to raise errors where they happen.")
@@ -265,6 +271,12 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         return info.device
 
     def _wait(self, info):
+        if _prof is not None:  # profiler: the wait as a span, with what it waits for
+            _prof.wait(self._wait_now, self, info)
+            return
+        self._wait_now(info)
+
+    def _wait_now(self, info):
         with self.cv:
             self.waiting = True
             self.waiting_for = info
@@ -317,6 +329,12 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
                 self._raise_errors(original)
 
     def _wait_idle_locked(self):
+        if _prof is not None:  # profiler: waiting for the queue to drain, as a span
+            _prof.call("wait", "wait for queue", None, self._wait_idle_now)
+            return
+        self._wait_idle_now()
+
+    def _wait_idle_now(self):
         with self.cv:
             self.waiting = True
             try:
@@ -400,6 +418,8 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
     def _push_scope_locked(self, name):
         self._check("push_scope")
         self.scopes.append(name)
+        if _prof is not None:  # profiler: the scope as a span on this thread
+            _prof.push_scope(name)
         self.buffer.enqueue(Command(PUSH_SCOPE, value=name))
 
     def _pop_scope_locked(self, name):
@@ -409,6 +429,8 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
             top = scopes[-1] if scopes else None
             raise ValueError(f"pop_scope({name!r}) does not match the innermost scope {top!r}")
         scopes.pop()
+        if _prof is not None:  # profiler: ends the scope's span
+            _prof.pop_scope(name)
         self.buffer.enqueue(Command(POP_SCOPE, value=name))
 
     # -- fork ------------------------------------------------------------------------------------
@@ -516,7 +538,10 @@ def _apply_op_locked(ch, op, inputs):
         ch.wait_idle()
         with ch.cv:
             ch._raise_errors()
-    ch.buffer.enqueue(Command(APPLY, op, list(inputs), outputs))
+    cmd = Command(APPLY, op, list(inputs), outputs)
+    if _prof is not None:  # profiler: a flow from this dispatch to the command's kernel
+        _prof.flow_command(cmd)
+    ch.buffer.enqueue(cmd)
     if level == 0:
         if ch.inline:  # the commands run right here when flushed: nothing to wait for
             ch.buffer.flush()
@@ -550,6 +575,8 @@ def _host_compute(ch, op, inputs, out_descs, device):
     for info in inputs:
         args.append(info.h_value)
     cpu: CpuDevice = ch.cpu
+    if _prof is not None:  # profiler: a flow from this dispatch to the kernel below
+        _prof.flow_host(op)
     outs = cpu.execute(op, args, outputs, None)
     impl = device.impl
     on_cpu: cython.bint = type(impl) is CpuDevice

@@ -24,6 +24,14 @@ SWAP, DROP, NONE = _h.SWAP, _h.DROP, _h.NONE
 
 __all__ = ["DtrMechanism"]
 
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
+
+
 
 class DtrMechanism:
     """Record, evict, free under DTR (a base of ``Channel``)."""
@@ -118,6 +126,8 @@ class DtrMechanism:
 
     def _evict(self, e, auto):
         info = e.info
+        if _prof is not None:  # profiler: the eviction, with its bytes and estimated cost
+            _prof.evict(info, e.nbytes, e.compute_time, auto)
         self._release(info)
         info.evict_type = DROP
         self.dtr.evicted(e, auto)

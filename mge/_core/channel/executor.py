@@ -40,6 +40,13 @@ APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION = (
 
 __all__ = ["Executor", "unusable", "UnusableTensorError", "size_of"]
 
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
+
 
 class UnusableTensorError(RuntimeError):
     """Raised when an op uses a tensor whose producer failed."""
@@ -53,27 +60,10 @@ class Executor:
     """Runs commands (a base of ``Channel``; the state it uses is set up by ``Channel``)."""
 
     def _process(self, cmd):
-        if not self.worker_options["catch_worker_execption"]:
-            self._run_command(cmd)
+        if _prof is not None:  # profiler: the command as a span on the thread that runs it
+            _prof.command(_process_def, self, cmd)
             return
-        try:
-            self._run_command(cmd)
-        except BaseException as e:
-            # Any exception a kernel raises -- KeyboardInterrupt, SystemExit and GeneratorExit
-            # too -- is that command's error, reported at the next sync point; it must never end
-            # the worker (every later op would fail).  Channel._raise_errors re-raises a
-            # KeyboardInterrupt or SystemExit as itself on the caller's thread.
-            with self.cv:  # a waiter sees the outputs' error and the error to report together
-                if cmd.kind == APPLY:
-                    for o in cmd.outputs:
-                        o.error = e
-                    if cmd.dels:
-                        for d in cmd.dels:
-                            self._free(d)
-                elif cmd.dest is not None and cmd.kind != DEL:
-                    cmd.dest.error = e
-                self.errors.append(e)
-                self.cv.notify_all()
+        _process_cmd(self, cmd)
 
     def _run_command(self, cmd):
         kind = cmd.kind
@@ -185,7 +175,9 @@ class Executor:
                 reuse = None
         if type(device) is CpuDevice:
             cpu: CpuDevice = device
-            return cpu.execute(op, values, outputs, reuse)
+            return cpu.execute(op, values, outputs, reuse)  # (the CPU's door records itself)
+        if _prof is not None:  # profiler: another device's kernel door, as a span
+            return _prof.kernel(_execute_def, device, op, values, outputs, reuse)
         return device.execute(op, values, outputs, reuse)
 
     def _produce(self, info_, value, locked=True):
@@ -228,6 +220,40 @@ class Executor:
         info.h_value = None
         info.producer = None
         info.evict_type = NONE
+
+
+@cython.cfunc
+def _process_cmd(ex, cmd):
+    # Executor._process's body: run one command; a failure becomes its outputs' error
+    if not ex.worker_options["catch_worker_execption"]:
+        ex._run_command(cmd)
+        return
+    try:
+        ex._run_command(cmd)
+    except BaseException as e:
+        # Any exception a kernel raises -- KeyboardInterrupt, SystemExit and GeneratorExit
+        # too -- is that command's error, reported at the next sync point; it must never end
+        # the worker (every later op would fail).  Channel._raise_errors re-raises a
+        # KeyboardInterrupt or SystemExit as itself on the caller's thread.
+        with ex.cv:  # a waiter sees the outputs' error and the error to report together
+            if cmd.kind == APPLY:
+                for o in cmd.outputs:
+                    o.error = e
+                if cmd.dels:
+                    for d in cmd.dels:
+                        ex._free(d)
+            elif cmd.dest is not None and cmd.kind != DEL:
+                cmd.dest.error = e
+            ex.errors.append(e)
+            ex.cv.notify_all()
+
+
+def _process_def(ex, cmd):
+    _process_cmd(ex, cmd)  # (for the profiler's span)
+
+
+def _execute_def(device, op, values, outputs, reuse):
+    return device.execute(op, values, outputs, reuse)
 
 
 def _positions(inputs, dels):

@@ -31,6 +31,14 @@ HOST_COMPUTE_SIZE = _h.HOST_COMPUTE_SIZE
 
 __all__ = ["SwapDrop"]
 
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
+
+
 
 class SwapDrop:
     """Swap out/in, drop and recompute (a base of ``Channel``)."""
@@ -137,6 +145,12 @@ class SwapDrop:
             raise
 
     def _recompute(self, path):
+        if _prof is not None:  # profiler: the recomputation as a span (its kernel inside)
+            _prof.recompute(self._recompute_now, path)
+            return
+        self._recompute_now(path)
+
+    def _recompute_now(self, path):
         # The seed's ``recompute``: the producer runs again on its (present, pinned) inputs and
         # gives back the outputs that were dropped.  Same kernel, same input values: the same bits.
         dtr = self.dtr

@@ -20,6 +20,12 @@ _accel.guard(__name__)
 __all__ = ["MemoryStats"]
 
 _ndarray = np.ndarray
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
 
 
 def _owner(arr):
@@ -71,6 +77,8 @@ class MemoryStats:
             entry = self._buffers.get(key)
             if entry is not None:
                 entry[1] += 1
+                if _prof is not None:  # profiler: one more tensor holds a live buffer
+                    _prof.hold(key, owner, n, entry[3], None)
                 return
             dev = device.physical
             self._buffers[key] = [owner, 1, n, dev]
@@ -78,6 +86,8 @@ class MemoryStats:
             self._current[dev] = cur
             if cur > self._peak.get(dev, 0):
                 self._peak[dev] = cur
+            if _prof is not None:  # profiler: a new buffer, and the device's bytes
+                _prof.hold(key, owner, n, dev, cur)
         finally:
             if locked:
                 lock.release()
@@ -99,11 +109,15 @@ class MemoryStats:
                 return 0
             entry[1] -= 1
             if entry[1]:
+                if _prof is not None:  # profiler: the buffer is still held by others
+                    _prof.release(key, entry[3], None)
                 return 0
             del self._buffers[key]
             dev = entry[3]
             n = entry[2]
             self._current[dev] -= n
+            if _prof is not None:  # profiler: the buffer is freed, and the device's bytes
+                _prof.release(key, dev, self._current[dev])
             return n
         finally:
             if locked:
@@ -114,6 +128,13 @@ class MemoryStats:
         owner = _owner(arr) if type(arr) is _ndarray else _storage(device, arr)[0]
         entry = self._buffers.get(id(owner))
         return 0 if entry is None else entry[1]
+
+    def snapshot(self):
+        """``(tensors holding a buffer, {device key: bytes}, [(key, owner, nbytes, device key)])``
+        now (the profiler starts from it)."""
+        with self._lock:
+            return (sum(e[1] for e in self._buffers.values()), dict(self._current),
+                    [(k, e[0], e[2], e[3]) for k, e in self._buffers.items()])
 
     def allocated(self, device):
         return self._current.get(device.physical, 0)

@@ -5,4 +5,5 @@ cdef class CpuDevice:
     cdef public long long inplace
     cpdef to_host(self, buffer)
     cpdef list execute(self, op, list inputs, list descs, list reuse=*)
+    cdef list _execute(self, op, list inputs, list descs, list reuse)
     cdef _inplace(self, op, cls, list inputs, out, list reuse)

@@ -25,6 +25,12 @@ __all__ = ["CpuDevice"]
 
 _ndarray = np.ndarray
 _ufunc = np.ufunc
+_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+
+
+def _set_profiler(rec):
+    global _prof
+    _prof = rec
 
 
 def _refs(values, i):
@@ -99,6 +105,12 @@ class CpuDevice:
 
         ``reuse``: positions of inputs whose tensors this op freed (see ``base.Device``).
         """
+        if _prof is not None:  # profiler: the kernel as a span on the thread that runs it
+            return _prof.kernel(_execute_def, self, op, inputs, descs, reuse)
+        return self._execute(op, inputs, descs, reuse)
+
+    @cython.cfunc
+    def _execute(self, op, inputs: list, descs: list, reuse: list) -> list:
         cls = type(op)
         kernel = KERNELS.get(cls)
         if kernel is None:
@@ -154,6 +166,12 @@ class CpuDevice:
                     self.inplace += 1
                     return outs
         return None
+
+
+def _execute_def(dev, op, inputs, descs, reuse):
+    # the door's body, for the profiler's span
+    cpu: CpuDevice = dev
+    return cpu._execute(op, inputs, descs, reuse)
 
 
 def _lookup(op, cls):

@@ -1,0 +1,17 @@
+"""Utilities MegEngine users import from ``megengine.utils``.
+
+* ``profiler`` -- ``Profiler``, ``scope``, ``profile``: timelines (Perfetto), memory pictures;
+* ``profile_analyze`` -- ``python -m mge.utils.profile_analyze DIR_OR_FILE``: tables of a profile;
+* ``module_stats`` -- parameters, flops and activations of a module, from forward hooks.
+
+Submodules load on first use (``import mge`` does not load the profiler).
+"""
+import importlib
+
+__all__ = ["profiler", "profile_analyze", "module_stats"]
+
+
+def __getattr__(name):
+    if name in __all__:
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
