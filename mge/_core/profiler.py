@@ -79,6 +79,8 @@ class Recorder:
         self.worker_tid = None
         self.main_tid = _get_ident()
         self.thread_names = {}
+        self._names = {}  # op -> its name (ops are interned and hashable: computed once)
+        self._args = {}   # op -> its parameters as JSON values
 
     # -- spans -----------------------------------------------------------------------------------
     def begin(self, cat, name, args=None):
@@ -133,18 +135,39 @@ class Recorder:
         """``dispatch.apply``: the op as a span (its parameters in ``args``) around ``fn``."""
         local = self._local
         local.made_by = None
-        args = _op_args(op) if self.with_params else None
+        try:
+            name = self._names[op]
+            args = self._args[op]
+        except (KeyError, TypeError):
+            name, args = self._describe(op)
         if self.backtrace:
+            args = dict(args)
             import traceback
             args["backtrace"] = [f"{f.filename}:{f.lineno} {f.name}"
                                  for f in traceback.extract_stack(limit=16)
                                  if _RUNTIME not in f.filename][-12:]
-        depth = self.begin("dispatch", op.name, args)
+        depth = self.begin("dispatch", name, args)
         try:
             return fn(op, inputs)
         finally:
             self.end(depth)
             local.made_by = None
+
+    def _describe(self, op):
+        name = op.name
+        args = _op_args(op)
+        try:
+            self._names[op] = name
+            self._args[op] = args
+        except TypeError:  # an unhashable op from outside mge
+            pass
+        return name, args
+
+    def _name(self, op):
+        try:
+            return self._names[op]
+        except (KeyError, TypeError):
+            return self._describe(op)[0]
 
     def _flow_start(self, what, op):
         self._flows += 1
@@ -153,8 +176,9 @@ class Recorder:
         tid = _get_ident()
         append = self._append
         # a zero-length slice to hold the flow's start (a flow binds to the slice around it)
-        append(("B", t, tid, "channel", what, {"op": op.name, "flow": fid}, None))
-        append(("s", t, tid, "flow", op.name, None, fid))
+        name = self._name(op)
+        append(("B", t, tid, "channel", what, {"op": name, "flow": fid}, None))
+        append(("s", t, tid, "flow", name, None, fid))
         append(("E", t, tid, None, None, None, None))
         return fid
 
@@ -173,7 +197,7 @@ class Recorder:
         local = self._local
         args = None
         if kind == 1:  # ApplyOp
-            args = {"op": cmd.op.name, "flow": cmd.value,
+            args = {"op": self._name(cmd.op), "flow": cmd.value,
                     "dels": len(cmd.dels) if cmd.dels else 0}
             local.flow = cmd.value
         elif cmd.value is not None:
@@ -199,19 +223,20 @@ class Recorder:
         local = self._local
         fid = local.flow
         local.flow = None
-        args = {"device": _device_name(device), "outputs": len(descs)}
+        name = self._name(op)
+        args = {"device": device, "outputs": len(descs)}  # (the device named when written)
         if reuse:
             args["reuse"] = list(reuse)
         if fid is not None:
             args["flow"] = fid
-        depth = self.begin("kernel", op.name, args)
+        depth = self.begin("kernel", name, args)
         if fid is not None:
-            self._append(("f", _clock(), _get_ident(), "flow", op.name, None, fid))
+            self._append(("f", _clock(), _get_ident(), "flow", name, None, fid))
         try:
             return fn(device, op, inputs, descs, reuse)
         finally:
             self.end(depth)
-            local.made_by = op.name
+            local.made_by = name
             self.kernels += 1
             if self.sample_rate and self.kernels % self.sample_rate == 0:
                 self._sample()
@@ -229,19 +254,24 @@ class Recorder:
         self.live += 1
         if current is not None:
             self.storage(key, owner, nbytes, dev, self._local.made_by or "put")
-            self.counter("memory " + str(dev), {"allocated": current})
+            self.counter(self._memory_name(dev), {"allocated": current})
         self.counter("tensors", {"live": self.live})
+
+    def _memory_name(self, dev):
+        try:
+            return self._names[dev]
+        except KeyError:
+            name = self._names[dev] = "memory " + str(dev)
+            return name
 
     def storage(self, key, owner, nbytes, dev, made_by):
         """A buffer's life begins: an ``alloc`` instant with its number, size, shape, maker."""
         self._next_storage += 1
         sid = self._next_storage
         self._storages[key] = (sid, dev, nbytes)
-        args = {"id": sid, "bytes": nbytes, "device": str(dev), "op": made_by}
-        shape = getattr(owner, "shape", None)
-        if shape is not None:
-            args["shape"] = list(shape)
-            args["dtype"] = str(getattr(owner, "dtype", ""))
+        # shape and dtype as objects: made JSON values when written (export_args)
+        args = {"id": sid, "bytes": nbytes, "device": dev, "op": made_by,
+                "shape": getattr(owner, "shape", None), "dtype": getattr(owner, "dtype", None)}
         self.instant("memory", "alloc", args)
 
     def release(self, key, dev, current):
@@ -251,10 +281,10 @@ class Recorder:
             entry = self._storages.pop(key, None)
             if entry is not None:
                 self.instant("memory", "free", {"id": entry[0], "bytes": entry[2],
-                                                "device": str(dev)})
+                                                "device": dev})
             else:  # held before the profile started
-                self.instant("memory", "free", {"id": None, "device": str(dev)})
-            self.counter("memory " + str(dev), {"allocated": current})
+                self.instant("memory", "free", {"id": None, "device": dev})
+            self.counter(self._memory_name(dev), {"allocated": current})
         self.counter("tensors", {"live": self.live})
 
     # -- waits, DTR --------------------------------------------------------------------------------
@@ -272,6 +302,25 @@ class Recorder:
     def recompute(self, fn, path):
         self.call("dtr", "recompute " + path.op.name,
                   {"op": path.op.name, "outputs": [_shape(o) for o in path.outputs]}, fn, path)
+
+
+def export_args(args):
+    """``args`` with the objects the hot path left in them (devices, shapes, dtypes) as JSON
+    values."""
+    if not args:
+        return args
+    out = {}
+    for k, v in args.items():
+        if v is None or isinstance(v, (bool, int, float, str)):
+            out[k] = v
+        elif k == "shape" or isinstance(v, (list, tuple)):
+            out[k] = [x if isinstance(x, (bool, int, float, str)) or x is None else str(x)
+                      for x in v]
+        elif k == "device" and hasattr(v, "execute"):
+            out[k] = _device_name(v)
+        else:
+            out[k] = str(v)
+    return out
 
 
 def _shape(info):

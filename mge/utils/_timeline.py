@@ -11,6 +11,8 @@ one track per name, its ``args`` the series), ``s``/``f`` (a flow arrow: the sli
 import os
 import time
 
+from .._core.profiler import export_args
+
 __all__ = ["trace_events", "timeline"]
 
 _PHASES = ("B", "E", "i", "C", "s", "f")
@@ -70,7 +72,7 @@ def trace_events(rec, pid=None):
             stacks.setdefault(tid, []).append((name, cat))
             ev = {"name": name, "cat": cat, "ph": "B", "ts": ts, "pid": pid, "tid": tid}
             if args:
-                ev["args"] = args
+                ev["args"] = export_args(args)
         elif ph == "E":
             stack = stacks.get(tid)
             if not stack:
@@ -80,7 +82,7 @@ def trace_events(rec, pid=None):
         elif ph == "i":
             ev = {"name": name, "cat": cat, "ph": "i", "s": "t", "ts": ts, "pid": pid, "tid": tid}
             if args:
-                ev["args"] = args
+                ev["args"] = export_args(args)
         elif ph == "C":
             ev = {"name": name, "cat": cat, "ph": "C", "ts": ts, "pid": pid, "tid": tid,
                   "args": args}
