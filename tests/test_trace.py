@@ -1113,3 +1113,68 @@ def test_get_profile_counts_the_replayed_kernel_calls():
     assert calls == {"MatrixMul": 3, "Elemwise.relu": 3, "Elemwise.mul": 3}  # 3 replays
     assert all(row["time_ms"] >= 0 and row["mean_ms"] >= 0 for row in prof["ops"])
     assert trace(lambda x: x + 1).get_profile() is None  # without profiling, as in MegEngine
+
+
+# -- paired matrix products in programs -----------------------------------------------------------
+def test_paired_products_give_the_eager_bits(monkeypatch):
+    # a backward pass's two large independent products run at once (MatrixMulPair)
+    import json
+
+    from mge.jit import program
+    monkeypatch.setattr(program, "PAIR_PRODUCTS", True)
+    lin = M.Linear(256, 256)
+    gm = GradManager().attach(lin.parameters())
+
+    def step(x):
+        with gm:
+            gm.backward(F.relu(lin(F.relu(lin(x)))).sum())
+        grads = [p.grad for p in lin.parameters()]
+        for p in lin.parameters():
+            p.grad = None
+        return grads
+
+    traced = trace(step, profiling=True)
+    for k in range(CALLS):
+        x = mge.tensor(arr((128, 256), seed=k))
+        want = step(x)
+        got = traced(x)
+        for a, b in zip(got, want):
+            check(a, b.numpy())
+    ops = {e["op"] for e in json.loads(traced.get_profile())["ops"]}
+    assert "MatrixMulPair" in ops
+
+
+def test_two_products_at_once_equal_one_after_the_other():
+    from mge._core import _accel
+    cpu = _accel.load("mge._core.device.cpu.handoff").CPU
+    rng = np.random.RandomState(3)
+    for dtype in ("float32", "float64"):
+        a1, b1 = rng.randn(96, 200).astype(dtype), rng.randn(150, 200).astype(dtype)
+        a2, b2 = rng.randn(96, 130).astype(dtype), rng.randn(96, 170).astype(dtype)
+        both = cpu.gemm2(a1, b1, False, True, a2, b2, True, False)
+        if both is None:  # the pure-Python twin (or no CBLAS): the caller runs them in turn
+            assert cpu.gemm(a1, b1, False, True) is None
+            continue
+        np.testing.assert_array_equal(both[0], cpu.gemm(a1, b1, False, True))
+        np.testing.assert_array_equal(both[1], cpu.gemm(a2, b2, True, False))
+        np.testing.assert_allclose(both[0], a1 @ b1.T, rtol=1e-4, atol=1e-4)
+
+
+def test_two_products_at_once_in_a_forked_child():
+    # the second GEMM thread is the parent's; a child starts its own
+    import os
+
+    from mge._core import _accel
+    cpu = _accel.load("mge._core.device.cpu.handoff").CPU
+    a = np.random.RandomState(0).randn(64, 128).astype("float32")
+    cpu.gemm2(a, a, False, True, a, a, True, False)
+    pid = os.fork()
+    if pid == 0:  # pragma: no cover (the child)
+        ok = False
+        try:
+            both = cpu.gemm2(a, a, False, True, a, a, True, False)
+            ok = both is None or np.array_equal(both[1], cpu.gemm(a, a, True, False))
+        finally:
+            os._exit(0 if ok else 1)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0

@@ -14,6 +14,10 @@ of a ``Recording`` (``compile_program``) does, in order:
   its output's dtype and a freed buffer of the program's own (a fresh result of such an op, of
   the output's shape and dtype), is called as ``ufunc(*inputs, out=buffer)`` without the door:
   the same function on the same arrays (so the same bits), without the door's checks;
+* **pairs of matrix products** -- two large independent products one after the other (a
+  backward pass's input gradient and weight gradient) run at the same time, one on a second
+  native thread (``MatrixMulPair``, ``CpuKernels.gemm2``), when the BLAS runs a product on one
+  thread and the machine has another core: the same CBLAS calls, so the same bits;
 * **the thread** -- the program runs on the worker thread when one of its ops would
   (``long_running``: matrix products, convolutions), overlapping the caller's Python, and on the
   caller's thread otherwise.
@@ -21,16 +25,21 @@ of a ``Recording`` (``compile_program``) does, in order:
 ``Programs`` caches compiled programs by ``(start, stop, outputs)``: a replay that asks for the
 same outputs as the last one compiles nothing.  An error in a kernel names the recorded op.
 """
+import os
+
 from .._core import _accel
+from .._core import profiler as _profiler  # profiler: trace compile spans (issue 13)
 from .._core.device import as_device
-from .._core.device.cpu.table import def_kernel
+from .._core.device.cpu import blas as _blas
+from .._core.device.cpu.table import KERNELS, def_kernel
 from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> in-place ufunc
-from .._core.ops.base import OpDef, TensorDesc, def_infer
+from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
+from .._core.ops.matmul import MatrixMul
 
 _run = _accel.load("mge.jit.engine")
 
-__all__ = ["TracedProgram", "Programs", "compile_program"]
+__all__ = ["TracedProgram", "MatrixMulPair", "Programs", "compile_program"]
 
 
 class TracedProgram(OpDef):
@@ -90,6 +99,82 @@ def _run_program(op, *inputs):
     return _run_plan(_cpu, op.plan, op.n_slots, inputs, op.out_slots, op.name, op.profile)
 
 
+class MatrixMulPair(OpDef):
+    """Two independent 2-D matrix products of a program, run at the same time: inputs
+    ``(a1, b1, a2, b2)``, outputs ``(first(a1, b1), second(a2, b2))``."""
+
+    _fields = ("first", "second")
+    long_running = True
+
+
+@def_infer(MatrixMulPair)
+def _infer_pair(op, descs):
+    rule = INFER[MatrixMul]
+    return list(rule(op.first, descs[:2])) + list(rule(op.second, descs[2:]))
+
+
+_CPU = _accel.load("mge._core.device.cpu.handoff").CPU
+
+
+@def_kernel(MatrixMulPair)
+def _run_pair(op, a1, b1, a2, b2):
+    f, g = op.first, op.second
+    both = _CPU.gemm2(a1, b1, f.transposeA, f.transposeB, a2, b2, g.transposeA, g.transposeB)
+    if both is not None:
+        return both
+    kernel = KERNELS[MatrixMul]  # (a product CBLAS does not take: one after the other)
+    return (kernel(f, a1, b1)[0], kernel(g, a2, b2)[0])
+
+
+PAIR_MIN_WORK = 1 << 22  # multiply-adds of each product: smaller ones are not worth a thread
+#: Whether programs pair products: ``None`` decides by ``pairs_pay()``; True or False forces it
+#: (for tests and measurements; programs compiled later follow it).
+PAIR_PRODUCTS = None
+_pairs_pay = None
+
+
+def pairs_pay():
+    """Whether two products at once pay here: the BLAS runs each on one thread, and the
+    machine has another core (decided once), unless ``PAIR_PRODUCTS`` says otherwise."""
+    global _pairs_pay
+    if PAIR_PRODUCTS is not None:
+        return bool(PAIR_PRODUCTS)
+    if _pairs_pay is None:
+        _pairs_pay = _blas.threads() == 1 and (os.cpu_count() or 1) >= 2
+    return _pairs_pay
+
+
+def _gemm_work(rec, op, ins, outs):
+    # m*n*k of a 2-D float product that CBLAS takes (0: not one to pair)
+    if type(op) is not MatrixMul or op.compute_mode != "default" or len(outs) != 1:
+        return 0
+    descs = rec.descs
+    (sa, da), (sb, db) = descs[ins[0]][:2], descs[ins[1]][:2]
+    so, do = descs[outs[0]][:2]
+    if (sa is None or sb is None or so is None or len(sa) != 2 or len(sb) != 2
+            or da != db or da != do or da.kind != "f" or da.itemsize not in (4, 8)):
+        return 0
+    k = sa[0] if op.transposeA else sa[1]
+    return so[0] * so[1] * k
+
+
+def _pair_products(plan, works):
+    # adjacent independent large products -> one MatrixMulPair step
+    out, i = [], 0
+    while i < len(plan):
+        p = plan[i]
+        if (i + 1 < len(plan) and works[i] >= PAIR_MIN_WORK and works[i + 1] >= PAIR_MIN_WORK
+                and not set(plan[i + 1][1]) & set(p[2])):
+            q = plan[i + 1]
+            out.append((MatrixMulPair(p[0], q[0]), p[1] + q[1], p[2] + q[2], p[3] + q[3], None,
+                        p[5] + q[5], None, -1))
+            i += 2
+            continue
+        out.append(p)
+        i += 1
+    return out
+
+
 _TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
 
 
@@ -146,11 +231,14 @@ def compile_program(rec, start, stop, out_vars, profile=None):
             last[v] = k
     keep_alive = set(out_vars) | set(in_vars)  # inputs belong to their tensors
     plan = []
+    works = []     # per plan step: the multiply-adds of a product that may pair, else 0
     long_running = False
     fresh = set()  # vars whose buffer the program made and nobody else sees
     for unit in _fusion_units(rec, keep):
         if type(unit) is list:  # a fused elementwise chain
+            before = len(plan)
             n_slots = _plan_fused(rec, unit, slot, n_slots, last, keep_alive, out_vars, plan)
+            works.extend([0] * (len(plan) - before))
             fresh.update(v for k in unit for v in ops[k][2])
             continue
         k = unit
@@ -181,6 +269,9 @@ def compile_program(rec, start, stop, out_vars, profile=None):
         if not long_running and _op_runs_long(op, in_descs, out_descs):
             long_running = True
         plan.append((op, in_slots, tuple(out_slots), out_descs, reuse, tuple(frees), ufunc, into))
+        works.append(_gemm_work(rec, op, ins, outs))
+    if pairs_pay():
+        plan = _pair_products(plan, works)
     # (descs and reuse are lists: the kernel door takes lists)
     label = f"ops {start}..{stop - 1}"
     return TracedProgram(plan, n_slots, in_vars, tuple(out_vars),
@@ -310,6 +401,10 @@ class Programs:
         if p is None:
             if len(self._cache) > 64:
                 self._cache.clear()
-            p = self._cache[key] = compile_program(rec, start, stop, out_vars, self.profile)
+            _pspan = _profiler.span("trace", "trace compile", {"ops": stop - start})  # profiler
+            try:  # profiler (issue 13): the span ends even if compiling fails
+                p = self._cache[key] = compile_program(rec, start, stop, out_vars, self.profile)
+            finally:
+                _profiler.end(_pspan)  # profiler (issue 13)
             self.compiled += 1
         return p

@@ -190,8 +190,7 @@ class trace:
         key = (in_tree, tuple((t._info.shape, t._info.dtype, t._info.device) for t in tensors))
         tr = self._traces.get(key)
         _active = self
-        _pspan = _profiler.span("trace", ("trace record " if tr is None else "trace replay ")  # profiler
-                                + self.__name__)  # profiler (issue 13): None when idle
+        _pspan = _profiler.trace_span(self, tr is None)  # profiler (issue 13): None when idle
         try:
             if tr is None:
                 if self._traces and not self.symbolic_shape:

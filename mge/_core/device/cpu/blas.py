@@ -15,7 +15,7 @@ import os
 
 import numpy as np
 
-__all__ = ["find", "install", "INFO"]
+__all__ = ["find", "install", "threads", "INFO"]
 
 # (sgemm, dgemm, 64-bit integers): suffixed names say their integer size; plain CBLAS names are
 # LP64 unless numpy's build says its BLAS is ILP64.
@@ -27,6 +27,30 @@ _SYMBOLS = (
 )
 
 INFO = {"library": None, "sgemm": None, "ilp64": None, "reason": "not searched"}
+# the libraries' own calls for their thread count (OpenBLAS in its names, MKL)
+_THREAD_SYMBOLS = ("scipy_openblas_get_num_threads64_", "scipy_openblas_get_num_threads",
+                   "openblas_get_num_threads64_", "openblas_get_num_threads", "MKL_Get_Max_Threads")
+
+
+def threads():
+    """The number of threads the BLAS in use runs one product on (None: not known).  With one,
+    the CPU device may run two independent products at once (``CpuKernels.gemm2``)."""
+    path = INFO.get("library")
+    if not path or INFO.get("reason") != "in use":
+        return None
+    try:
+        lib = ctypes.CDLL(path)
+    except OSError:
+        return None
+    for name in _THREAD_SYMBOLS:
+        fn = getattr(lib, name, None)
+        if fn is not None:
+            fn.restype = ctypes.c_int
+            try:
+                return int(fn())
+            except Exception:
+                return None
+    return None
 
 
 def _mapped_libraries():

@@ -37,17 +37,50 @@ cdef class Handoff:
     cdef int enter_nogil(self)
 
 
+# One GEMM's arguments, ready to run without the GIL (CpuKernels._plan_gemm fills it).
+cdef struct GemmJob:
+    void *fn
+    bint single
+    bint ilp64
+    int ta
+    int tb
+    Py_ssize_t m
+    Py_ssize_t n
+    Py_ssize_t k
+    Py_ssize_t lda
+    Py_ssize_t ldb
+    void *pa
+    void *pb
+    void *pc
+
+# The second GEMM thread of gemm2: a native thread that never touches Python.  ``go`` is
+# released to start ``job``, ``done`` when it has run.
+cdef struct PairThread:
+    PyThread_type_lock go
+    PyThread_type_lock done
+    GemmJob job
+    long pid
+
+
 cdef class CpuKernels:
     cdef public long long gemms
+    cdef public long long pairs
     cdef void *_sgemm
     cdef void *_dgemm
     cdef bint _ilp64
+    cdef PairThread *_pair
     cpdef add_scaled(self, out, y, x, double a)
     cpdef relu_grad(self, x, dy)
     cpdef gemm(self, a, b, bint trans_a, bint trans_b)
-    cdef _gemm(self, void *fn, a, b, bint trans_a, bint trans_b, dtype)
-    cdef _gemm_views(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
-                     dtype, Py_buffer *vc)
+    cpdef gemm2(self, a1, b1, bint ta1, bint tb1, a2, b2, bint ta2, bint tb2)
+    cdef void *_fn(self, a, b)
+    cdef _plan_gemm(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
+                    Py_buffer *vc, GemmJob *job)
+    cdef PairThread *_pair_thread(self)
+
+
+cdef void _run_gemm(GemmJob *job) noexcept nogil
+cdef void _pair_main(void *arg) noexcept nogil
 
 
 cdef void _add_scaled_f(float *out, float *y, float *x, float a, Py_ssize_t n) noexcept nogil

@@ -42,7 +42,10 @@ if cython.compiled:
     from cython.cimports.cpython.pythread import (NOWAIT_LOCK, PY_LOCK_ACQUIRED, WAIT_LOCK,
                                                   PyThread_acquire_lock,
                                                   PyThread_allocate_lock, PyThread_free_lock,
-                                                  PyThread_release_lock)
+                                                  PyThread_release_lock,
+                                                  PyThread_start_new_thread)
+    from cython.cimports.libc.stdlib import malloc
+    from cython.cimports.posix.unistd import getpid
     # PyThread_acquire_lock_timed and the CBLAS function types are declared in handoff.pxd
 
 __all__ = ["Handoff", "CpuKernels", "CPU", "IDLE", "RUNNING", "NOGIL", "add_scaled", "current"]
@@ -290,56 +293,143 @@ class CpuKernels:
             return False
         return self._sgemm != cython.NULL
 
+    @cython.cfunc
+    def _fn(self, a, b) -> cython.p_void:
+        # the CBLAS GEMM for a product of a and b (NULL: none, or dtypes it does not take)
+        dtype = a.dtype
+        if dtype is not b.dtype and dtype != b.dtype:
+            return cython.NULL
+        if dtype == _FLOAT32:
+            return self._sgemm
+        if dtype == _FLOAT64:
+            return self._dgemm
+        return cython.NULL
+
     @cython.ccall
     def gemm(self, a, b, trans_a: cython.bint, trans_b: cython.bint):
         """``op(a) @ op(b)`` (``op``: transposed or not) for 2-D float32/float64 arrays, by CBLAS
         without the GIL; None when it cannot (no BLAS, other dtypes or strides, a small product):
         the caller then uses ``np.matmul``."""
-        if not cython.compiled or self._sgemm == cython.NULL:
+        if not cython.compiled:
             return None
-        dtype = a.dtype
-        if dtype is not b.dtype and dtype != b.dtype:
-            return None
-        if dtype == _FLOAT32:
-            fn = self._sgemm
-        elif dtype == _FLOAT64:
-            fn = self._dgemm
-        else:
-            return None
+        fn: cython.p_void = self._fn(a, b)
         if fn == cython.NULL:
             return None
-        return self._gemm(fn, a, b, trans_a, trans_b, dtype)
-
-    @cython.cfunc
-    def _gemm(self, fn: cython.p_void, a, b, trans_a: cython.bint, trans_b: cython.bint, dtype):
         ba: Py_buffer  # noqa: F821
         bb: Py_buffer  # noqa: F821
         bc: Py_buffer  # noqa: F821
-        if PyObject_GetBuffer(a, cython.address(ba), PyBUF_RECORDS_RO) < 0:
-            return None
+        job: GemmJob  # noqa: F821
+        _acquire2(a, b, cython.address(ba), cython.address(bb))
         try:
-            if PyObject_GetBuffer(b, cython.address(bb), PyBUF_RECORDS_RO) < 0:
+            out = self._plan_gemm(fn, cython.address(ba), cython.address(bb), trans_a, trans_b,
+                                  cython.address(bc), cython.address(job))
+            if out is None:
                 return None
-            try:
-                return self._gemm_views(fn, cython.address(ba), cython.address(bb), trans_a,
-                                        trans_b, dtype, cython.address(bc))
-            finally:
-                PyBuffer_Release(cython.address(bb))
+            self.gemms += 1
+            h: Handoff = current()
+            prev: cython.int = h.enter_nogil() if h is not None else 0
+            with cython.nogil:
+                _run_gemm(cython.address(job))
+                if h is not None:
+                    h.state = prev  # the worker wants the GIL back: the caller yields at its next op
+            PyBuffer_Release(cython.address(bc))
+            return out
         finally:
+            PyBuffer_Release(cython.address(bb))
             PyBuffer_Release(cython.address(ba))
 
+    @cython.ccall
+    def gemm2(self, a1, b1, ta1: cython.bint, tb1: cython.bint, a2, b2, ta2: cython.bint,
+              tb2: cython.bint):
+        """Two independent products, ``gemm(a1, b1, ta1, tb1)`` and ``gemm(a2, b2, ta2, tb2)``,
+        at the same time: the second on a native thread of its own (started on first use, again
+        after a fork), the first on this one, both without the GIL.  The same CBLAS calls as
+        ``gemm``'s, so the same bits.  None when either cannot go through CBLAS (the caller then
+        runs them one by one)."""
+        if not cython.compiled:
+            return None
+        fn1: cython.p_void = self._fn(a1, b1)
+        fn2: cython.p_void = self._fn(a2, b2)
+        if fn1 == cython.NULL or fn2 == cython.NULL:
+            return None
+        pair: cython.pointer(PairThread) = self._pair_thread()  # noqa: F821
+        if pair == cython.NULL:
+            return None
+        ba1: Py_buffer  # noqa: F821
+        bb1: Py_buffer  # noqa: F821
+        bc1: Py_buffer  # noqa: F821
+        ba2: Py_buffer  # noqa: F821
+        bb2: Py_buffer  # noqa: F821
+        bc2: Py_buffer  # noqa: F821
+        job: GemmJob  # noqa: F821
+        _acquire2(a1, b1, cython.address(ba1), cython.address(bb1))
+        try:
+            _acquire2(a2, b2, cython.address(ba2), cython.address(bb2))
+            try:
+                out1 = self._plan_gemm(fn1, cython.address(ba1), cython.address(bb1), ta1, tb1,
+                                       cython.address(bc1), cython.address(job))
+                if out1 is None:
+                    return None
+                out2 = self._plan_gemm(fn2, cython.address(ba2), cython.address(bb2), ta2, tb2,
+                                       cython.address(bc2), cython.address(pair.job))
+                if out2 is None:
+                    PyBuffer_Release(cython.address(bc1))
+                    return None
+                self.gemms += 2
+                self.pairs += 1
+                h: Handoff = current()
+                prev: cython.int = h.enter_nogil() if h is not None else 0
+                with cython.nogil:
+                    PyThread_release_lock(pair.go)  # the other thread runs the second
+                    _run_gemm(cython.address(job))
+                    PyThread_acquire_lock(pair.done, WAIT_LOCK)
+                    if h is not None:
+                        h.state = prev
+                PyBuffer_Release(cython.address(bc2))
+                PyBuffer_Release(cython.address(bc1))
+                return (out1, out2)
+            finally:
+                PyBuffer_Release(cython.address(bb2))
+                PyBuffer_Release(cython.address(ba2))
+        finally:
+            PyBuffer_Release(cython.address(bb1))
+            PyBuffer_Release(cython.address(ba1))
+
     @cython.cfunc
-    def _gemm_views(self, fn: cython.p_void, va: cython.pointer(Py_buffer),  # noqa: F821
-                    vb: cython.pointer(Py_buffer), trans_a: cython.bint,  # noqa: F821
-                    trans_b: cython.bint, dtype, vc: cython.pointer(Py_buffer)):  # noqa: F821
+    def _pair_thread(self) -> cython.pointer(PairThread):  # noqa: F821
+        # the second GEMM thread of this process (a forked child starts its own)
+        pid: cython.long = getpid()  # noqa: F821
+        pair: cython.pointer(PairThread) = self._pair  # noqa: F821
+        if pair != cython.NULL and pair.pid == pid:
+            return pair
+        # (a parent's thread does not exist in a child: its struct is left, never freed)
+        pair = cython.cast(cython.pointer(PairThread), malloc(cython.sizeof(PairThread)))  # noqa: F821
+        if pair == cython.NULL:
+            return cython.NULL
+        pair.go = PyThread_allocate_lock()
+        pair.done = PyThread_allocate_lock()
+        if pair.go == cython.NULL or pair.done == cython.NULL:
+            return cython.NULL
+        PyThread_acquire_lock(pair.go, WAIT_LOCK)    # both start held: nothing to run, none done
+        PyThread_acquire_lock(pair.done, WAIT_LOCK)
+        pair.pid = pid
+        if PyThread_start_new_thread(_pair_main, cython.cast(cython.p_void, pair)) == \
+                cython.cast(cython.ulong, -1):
+            return cython.NULL
+        self._pair = pair
+        return pair
+
+    @cython.cfunc
+    def _plan_gemm(self, fn: cython.p_void, va: cython.pointer(Py_buffer),  # noqa: F821
+                   vb: cython.pointer(Py_buffer), trans_a: cython.bint,  # noqa: F821
+                   trans_b: cython.bint, vc: cython.pointer(Py_buffer),  # noqa: F821
+                   job: cython.pointer(GemmJob)):  # noqa: F821
+        # fills ``job`` for op(a) @ op(b) into a new array (returned, its buffer ``vc`` held);
+        # None when CBLAS cannot take these layouts or the product is small
         if va.ndim != 2 or vb.ndim != 2:
             return None
         item: cython.Py_ssize_t = va.itemsize
         # A row-major matrix, or a column-major one read as the transpose of a row-major one.
-        ta: cython.int
-        tb: cython.int
-        lda: cython.Py_ssize_t
-        ldb: cython.Py_ssize_t
         ra: cython.Py_ssize_t = va.shape[0]
         ca: cython.Py_ssize_t = va.shape[1]
         rb: cython.Py_ssize_t = vb.shape[0]
@@ -354,39 +444,77 @@ class CpuKernels:
         n: cython.Py_ssize_t = rb if trans_b else cb
         if k != k2 or m == 0 or n == 0 or k == 0 or m * n * k < MIN_GEMM_WORK:
             return None
-        out = np.empty((m, n), dtype)
+        out = np.empty((m, n), np.float32 if item == 4 else np.float64)
         if PyObject_GetBuffer(out, vc, PyBUF_RECORDS) < 0:
             return None
-        pa: cython.p_void = va.buf
-        pb: cython.p_void = vb.buf
-        pc: cython.p_void = vc.buf
-        ilp64: cython.bint = self._ilp64
-        single: cython.bint = item == 4
-        order: cython.int = _ROW_MAJOR
-        self.gemms += 1
-        h: Handoff = current()
-        prev: cython.int = h.enter_nogil() if h is not None else 0
-        with cython.nogil:
-            if single and ilp64:
-                cython.cast(sgemm64_t, fn)(  # noqa: F821
-                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_float, pa), lda,
-                    cython.cast(cython.p_float, pb), ldb, 0.0, cython.cast(cython.p_float, pc), n)
-            elif single:
-                cython.cast(sgemm32_t, fn)(  # noqa: F821
-                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_float, pa), lda,
-                    cython.cast(cython.p_float, pb), ldb, 0.0, cython.cast(cython.p_float, pc), n)
-            elif ilp64:
-                cython.cast(dgemm64_t, fn)(  # noqa: F821
-                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_double, pa), lda,
-                    cython.cast(cython.p_double, pb), ldb, 0.0, cython.cast(cython.p_double, pc), n)
-            else:
-                cython.cast(dgemm32_t, fn)(  # noqa: F821
-                    order, ta, tb, m, n, k, 1.0, cython.cast(cython.p_double, pa), lda,
-                    cython.cast(cython.p_double, pb), ldb, 0.0, cython.cast(cython.p_double, pc), n)
-            if h is not None:
-                h.state = prev  # the worker wants the GIL back: the caller yields at its next op
-        PyBuffer_Release(vc)
+        job.fn = fn
+        job.single = item == 4
+        job.ilp64 = self._ilp64
+        job.ta = ta
+        job.tb = tb
+        job.m = m
+        job.n = n
+        job.k = k
+        job.lda = lda
+        job.ldb = ldb
+        job.pa = va.buf
+        job.pb = vb.buf
+        job.pc = vc.buf
         return out
+
+
+@cython.cfunc
+@cython.nogil
+@cython.exceptval(check=False)
+def _run_gemm(job: cython.pointer(GemmJob)) -> cython.void:  # noqa: F821
+    # C = A @ B of the job, by the CBLAS function it names (row-major, alpha 1, beta 0)
+    fn: cython.p_void = job.fn
+    order: cython.int = 101  # CblasRowMajor (_ROW_MAJOR: a Python int, out of reach here)
+    if job.single and job.ilp64:
+        cython.cast(sgemm64_t, fn)(  # noqa: F821
+            order, job.ta, job.tb, job.m, job.n, job.k, 1.0, cython.cast(cython.p_float, job.pa),
+            job.lda, cython.cast(cython.p_float, job.pb), job.ldb, 0.0,
+            cython.cast(cython.p_float, job.pc), job.n)
+    elif job.single:
+        cython.cast(sgemm32_t, fn)(  # noqa: F821
+            order, job.ta, job.tb, job.m, job.n, job.k, 1.0, cython.cast(cython.p_float, job.pa),
+            job.lda, cython.cast(cython.p_float, job.pb), job.ldb, 0.0,
+            cython.cast(cython.p_float, job.pc), job.n)
+    elif job.ilp64:
+        cython.cast(dgemm64_t, fn)(  # noqa: F821
+            order, job.ta, job.tb, job.m, job.n, job.k, 1.0,
+            cython.cast(cython.p_double, job.pa), job.lda, cython.cast(cython.p_double, job.pb),
+            job.ldb, 0.0, cython.cast(cython.p_double, job.pc), job.n)
+    else:
+        cython.cast(dgemm32_t, fn)(  # noqa: F821
+            order, job.ta, job.tb, job.m, job.n, job.k, 1.0,
+            cython.cast(cython.p_double, job.pa), job.lda, cython.cast(cython.p_double, job.pb),
+            job.ldb, 0.0, cython.cast(cython.p_double, job.pc), job.n)
+
+
+@cython.cfunc
+@cython.nogil
+@cython.exceptval(check=False)
+def _pair_main(arg: cython.p_void) -> cython.void:
+    # the second GEMM thread: runs a job each time ``go`` is released
+    pair: cython.pointer(PairThread) = cython.cast(cython.pointer(PairThread), arg)  # noqa: F821
+    while True:
+        PyThread_acquire_lock(pair.go, WAIT_LOCK)
+        _run_gemm(cython.address(pair.job))
+        PyThread_release_lock(pair.done)
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _acquire2(a, b, va: cython.pointer(Py_buffer), vb: cython.pointer(Py_buffer)) -> cython.int:  # noqa: F821
+    # read-only buffers of a and b (raises, holding neither, when one cannot be had)
+    PyObject_GetBuffer(a, va, PyBUF_RECORDS_RO)
+    try:
+        PyObject_GetBuffer(b, vb, PyBUF_RECORDS_RO)
+    except BaseException:
+        PyBuffer_Release(va)
+        raise
+    return 0
 
 
 @cython.cfunc
