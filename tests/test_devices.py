@@ -558,3 +558,22 @@ def test_a_kernel_error_on_the_device_is_reported_once_and_the_channel_goes_on(d
     mge._full_sync()                                    # reported once: nothing more
     np.testing.assert_array_equal((x * 2)[on(dev, np.array([7], "int32"))].numpy(),
                                   [[56.0, 58.0, 60.0, 62.0]])
+
+
+def test_compnode_constructs_from_a_name_as_in_megengine():
+    """``CompNode("xpux")`` is the device of that name: it equals ``as_device``'s node, keeps the
+    logical name, and tensors accept it; a non-name is a ``TypeError``, a bad name a
+    ``ValueError``."""
+    cn = D.CompNode("xpux")
+    assert isinstance(cn, D.CompNode)
+    assert cn == D.CompNode("cpu0") == "cpu0:0"
+    assert str(cn) == cn.logical_name == "xpux:0" and cn.physical_name == "cpu0:0"
+    assert repr(cn) == 'CompNode("cpu0:0" from "xpux:0")'
+    assert D.CompNode(cn) is cn
+    t = mge.tensor([1.0, 2.0], device=D.CompNode("cpu0:1"))
+    assert str(t.device) == "cpu0:1"
+    np.testing.assert_array_equal(t.numpy(), [1.0, 2.0])
+    with pytest.raises(TypeError, match="device name"):
+        D.CompNode(3)
+    with pytest.raises(ValueError, match="invalid device name 'nope0x'"):
+        D.CompNode("nope0x")

@@ -59,13 +59,33 @@ class CompNode:
 
     __slots__ = ("logical", "physical", "kind", "index", "impl", "_hash")
 
-    def __init__(self, logical, physical, kind, index, impl=None):
-        self.logical = logical
-        self.physical = physical
-        self.kind = kind
-        self.index = index
-        self.impl = impl  # the Device that owns this node's storage and kernels
-        self._hash = hash(physical)
+    def __new__(cls, name):
+        """``CompNode("xpux")``, as in MegEngine: the device of that name (``as_device``)."""
+        if not isinstance(name, (str, CompNode)):
+            raise TypeError(f"CompNode(name): name must be a device name such as 'xpux' or "
+                            f"'cpu0', got {type(name).__name__}")
+        return as_device(name)
+
+    @classmethod
+    def _make(cls, logical, physical, kind, index, impl=None):
+        node = object.__new__(cls)
+        node.logical = logical
+        node.physical = physical
+        node.kind = kind
+        node.index = index
+        node.impl = impl  # the Device that owns this node's storage and kernels
+        node._hash = hash(physical)
+        return node
+
+    @property
+    def logical_name(self):
+        """The name the device was asked by (``"xpux:0"``)."""
+        return self.logical
+
+    @property
+    def physical_name(self):
+        """The physical device (``"cpu0:0"``)."""
+        return self.physical
 
     def __eq__(self, other):
         if isinstance(other, str):
@@ -132,7 +152,7 @@ def as_device(device=None):
     index = 0 if num == "x" else int(num)
     logical = device if ":" in device else f"{device}:{stream}"
     physical = f"{registered.physical}{index}:{stream}"
-    node = CompNode(logical, physical, kind, index, registered.impl(index))
+    node = CompNode._make(logical, physical, kind, index, registered.impl(index))
     _cache[device] = node
     return node
 
