@@ -2,6 +2,7 @@
 
     python benchmarks/bench_trace.py                 # both cases
     python benchmarks/bench_trace.py --case chain --reps 15
+    python benchmarks/bench_trace.py --case mlp --pipeline 50   # steps read every 50, as bench_mlp
 
 Variants: ``traced`` (the function's Python runs again, ops matched), ``without_host``
 (``trace(..., without_host=True)``: only the compiled program runs), ``eager``, ``numpy``.
@@ -83,7 +84,14 @@ def _mge_step(weights, data, label, lr, traced, without_host=False):
 
     f = trace(step, symbolic=True, without_host=without_host) if traced else step
     x, y = mge.tensor(data), mge.tensor(label)
-    return lambda: f(x, y).numpy()
+
+    def steps():
+        # PIPELINE steps, the loss read after the last (as ../shared/bench/bench_mlp.py does:
+        # an asynchronous runtime may overlap a step's Python with the previous steps' kernels)
+        for _ in range(PIPELINE - 1):
+            f(x, y)
+        return f(x, y).numpy()
+    return steps
 
 
 def _numpy_step(weights, x, y, lr):
@@ -115,7 +123,14 @@ def _numpy_step(weights, x, y, lr):
             bs[i] -= lr * gb
         return loss
 
-    return step
+    def steps():
+        for _ in range(PIPELINE - 1):
+            step()
+        return step()
+    return steps
+
+
+PIPELINE = 1  # MLP steps per timed call (--pipeline)
 
 
 def mlp_case(batch=64, lr=0.01):
@@ -150,13 +165,18 @@ def main(argv=None):
     p = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     p.add_argument("--case", default="chain,mlp")
     p.add_argument("--reps", type=int, default=9)
+    p.add_argument("--pipeline", type=int, default=1,
+                   help="MLP steps per timed call, the loss read after the last (the yardstick "
+                        "bench_mlp.py runs 50)")
     args = p.parse_args(argv)
+    global PIPELINE
+    PIPELINE = args.pipeline
     report = {}
     for case in args.case.split(","):
         fns, record, per = {"chain": chain_case, "mlp": mlp_case}[case]()
-        inner = 5 if case == "chain" else 20
+        inner = 5 if case == "chain" else max(1, 20 // PIPELINE)
         times = measure(fns, args.reps, inner)
-        unit, scale = ("us/op", 1e6 / per) if case == "chain" else ("ms/step", 1e3)
+        unit, scale = ("us/op", 1e6 / per) if case == "chain" else ("ms/step", 1e3 / PIPELINE)
         med = {k: statistics.median(v) * scale for k, v in times.items()}
         ratio = {k: statistics.median([a / b for a, b in zip(times[k], times["numpy"])])
                  for k in ("traced", "without_host", "eager")}

@@ -36,6 +36,7 @@ from mge._core.errors import TraceError
 from mge._core.plugins import stack
 from mge.core import Transformation, ops
 from mge._core.ops.base import INFER
+from mge._core.ops.rng import same_but_seed
 from mge.jit.program import compile_program
 
 __all__ = ["TraceTransformation", "Recording", "Recorder", "LazyRecorder", "Replayer",
@@ -52,6 +53,14 @@ _NUMBERS = (float, int, bool)
 # Layers above the trace segment that turn a call into ops by its input shapes and dtypes alone
 # (dtype promotion also by the AMP switch, which a call records): calls under them replay whole.
 _PURE_LAYERS = frozenset({"scalar", "dtype_promote", "dim_expansion"})
+
+
+def _mismatch(reason, detail):
+    """A replay's divergence: MegEngine's ``TraceError`` text (``trace error because <reason>``,
+    its reasons), with mge's account of what differed as the exception's note."""
+    e = TraceError(f"trace error because {reason}")
+    e.add_note(detail)
+    return e
 
 
 def _amp_state():
@@ -523,6 +532,7 @@ class Replayer(Transformation):
         self.launched = 0       # ops [0, launched) are on the channel
         self.real = {}          # id(virtual handle) -> (it, the real one), once launched
         self.kept = []          # tensors rebound to captured vars, alive until the call ends
+        self.seeds = {}         # recorded op index -> the random-number op with this call's seed
         m = self.m = Match(self, recording, _Assign, _Purity(self), _amp_state())
         self.apply = m.apply    # the stack calls the compiled layer directly
         self.top = m.top        # and so does apply()'s hook
@@ -550,19 +560,24 @@ class Replayer(Transformation):
 
     # -- the slow paths of matching ----------------------------------------------------------------
     def too_many(self, op):
-        raise TraceError(f"the traced function issued more ops than it did when recorded: "
-                         f"{op.name} after the {len(self.rec.ops)} recorded ops")
+        raise _mismatch("too many instructions",
+                        f"the traced function issued more ops than it did when recorded: "
+                        f"{op.name} after the {len(self.rec.ops)} recorded ops")
 
     def other_op(self, k, op, inputs):
         rec = self.rec
         rop, ins, outs = rec.ops[k]
+        if same_but_seed(op, rop) and len(inputs) == len(ins):
+            self.seeds[k] = op  # this call's random numbers: the programs take its seed
+            return
         if (type(op) is type(rop) and op.trace_parameters and len(inputs) == len(ins)
                 and self._same_outputs(op, ins, outs)):
             rec.ops[k] = (op, ins, outs)  # new parameters, same outputs: recompile from here on
             self.compiled.clear()
             return
-        raise TraceError(f"the traced function diverged at {rec.describe(k)}: it now "
-                         f"issues {op!r} where {rop!r} was recorded")
+        raise _mismatch("operator mismatch",
+                        f"the traced function diverged at {rec.describe(k)}: it now "
+                        f"issues {op!r} where {rop!r} was recorded")
 
     def _same_outputs(self, op, ins, outs):
         # the op with its new parameters must describe the recorded outputs
@@ -574,8 +589,9 @@ class Replayer(Transformation):
         return [(d[0], d[1]) for d in got] == [(descs[v][0], descs[v][1]) for v in outs]
 
     def other_arity(self, k, inputs):
-        raise TraceError(f"the traced function diverged at {self.rec.describe(k)}: "
-                         f"{len(inputs)} inputs instead of {len(self.rec.ops[k][1])}")
+        raise _mismatch("input size mismatch",
+                        f"the traced function diverged at {self.rec.describe(k)}: "
+                        f"{len(inputs)} inputs instead of {len(self.rec.ops[k][1])}")
 
     def rebind(self, k, j, x):
         """Input j of op k is not the recorded var's handle.  A captured tensor the function
@@ -594,11 +610,21 @@ class Replayer(Transformation):
                 self.m.vi[v] = info
                 self.kept.append(x)  # (a temporary, such as a setitem's value: the programs read it)
                 return
+        external = v in rec.externals or v in rec.args
         what = "a captured constant" if v in rec.externals else (
             "an argument" if v in rec.args else "an op's output")
-        raise TraceError(
+        given = self.var_of(x)  # (the var it holds in this call, when it is one of the trace's)
+        if given is not None and (given in rec.externals or given in rec.args):
+            given = None  # (not an op's output)
+        if external:
+            reason = ("expect external node, got internal" if given is not None
+                      else "tensors not equals")
+        else:
+            reason = "expect internal node, got external" if given is None else "input id mismatch"
+        raise _mismatch(reason,
             f"the traced function diverged at {rec.describe(k)}: input {j} is not the tensor "
-            f"recorded there ({what}, shape {rec.descs[v][0]}, {rec.descs[v][1]}; got shape "
+            f"recorded there ({what}, shape {rec.descs[v][0]}, {rec.descs[v][1]}; got "
+            f"{'var ' + str(given) + ', ' if given is not None else ''}shape "
             f"{info.shape}, {info.dtype})")
 
     # -- backward passes (the grad plugin's hook) -------------------------------------------------
@@ -703,6 +729,8 @@ class Replayer(Transformation):
         # placeholder holding one may be dropped before those ops run)
         later = self.compiled.later(rec, start, upto)
         program = self.compiled.get(rec, start, upto, tuple(out_vars) + tuple(later))
+        if self.seeds:
+            program = program.reseeded(self.seeds)
         vi = m.vi
         inputs = [vi[v] for v in program.in_vars]
         for info in inputs:
@@ -738,7 +766,7 @@ class Replayer(Transformation):
         rec = self.rec
         assigned = rec.assigned
         out_vars = tuple(rec.outputs) + tuple(v for _, v in assigned)
-        program = self.compiled.get(rec, 0, len(rec.ops), out_vars)
+        program = self.compiled.get(rec, 0, len(rec.ops), out_vars).fresh_seeds()
         vi = self.m.vi
         real = _channel.apply_op(program, [vi[v] for v in program.in_vars])
         n = len(rec.outputs)
@@ -752,9 +780,10 @@ class Replayer(Transformation):
         """The function returned: it must have issued every recorded op."""
         pos = self.m.pos
         if pos != len(self.rec.ops):
-            raise TraceError(f"the traced function issued {pos} ops where "
-                             f"{len(self.rec.ops)} were recorded (next expected: "
-                             f"{self.rec.describe(pos)})")
+            raise _mismatch("mismature end",
+                            f"the traced function issued {pos} ops where "
+                            f"{len(self.rec.ops)} were recorded (next expected: "
+                            f"{self.rec.describe(pos)})")
 
     def release(self):
         m = self.m

@@ -1178,3 +1178,82 @@ def test_two_products_at_once_in_a_forked_child():
             os._exit(0 if ok else 1)
     _, status = os.waitpid(pid, 0)
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+
+
+# -- compiler passes: common subexpressions, constant folding --------------------------------------
+def _kernel_calls(traced):
+    import json
+    return {e["op"]: e["calls"] for e in json.loads(traced.get_profile())["ops"]}
+
+
+def test_common_subexpressions_run_once(symbolic):
+    def fn(x):
+        a = F.exp(x) * 2
+        b = F.exp(x) * 2          # the same ops on the same input
+        r1 = mge.random.normal(size=(3,))
+        r2 = mge.random.normal(size=(3,))  # random numbers are never merged
+        return a + b, r1 - r2
+
+    traced = trace(fn, symbolic=symbolic, profiling=True)
+    for k in range(CALLS):
+        x = mge.tensor(arr((3,), seed=k))
+        mge.random.seed(k)
+        got = traced(x)
+        mge.random.seed(k)
+        want = fn(x)
+        _same(got, want)
+        assert np.all(got[1].numpy() != 0)
+    calls = _kernel_calls(traced)
+    runs = CALLS if symbolic else CALLS - 1  # (an imperative first call runs op by op)
+    assert calls["Elemwise.exp"] == runs
+    assert calls["GaussianRNG"] == 2 * runs
+
+
+def test_constants_are_folded_when_compiled(symbolic):
+    def fn(x):
+        c = F.ones((3, 4)) + F.arange(4, dtype="float32")  # no input: computed once
+        return x * c
+
+    traced = trace(fn, symbolic=symbolic, profiling=True)
+    for k in range(CALLS):
+        x = mge.tensor(arr((3, 4), seed=k))
+        _same(traced(x), fn(x))
+    calls = _kernel_calls(traced)
+    assert "Fill" not in calls and "Arange" not in calls and "Elemwise.add" not in calls
+    assert calls["Elemwise.mul"] >= CALLS - 1
+
+
+def test_a_folded_constant_returned_or_updated_is_not_shared():
+    # a constant the function returns is computed by each run (nobody may hold the program's)
+    w = mge.Parameter(np.zeros((2,), "float32"))
+
+    @trace
+    def fn(x):
+        c = F.full((2,), 3.0)
+        w._reset(w + c)
+        return c, x + c
+
+    outs = [fn(mge.tensor([1.0, 2.0])) for _ in range(CALLS)]
+    for c, y in outs:
+        check(c, np.array([3.0, 3.0], "float32"))
+        check(y, np.array([4.0, 5.0], "float32"))
+    check(w, np.full((2,), 3.0 * CALLS, "float32"))
+
+
+@pytest.mark.parametrize("without_host", [False, True], ids=["replay", "without_host"])
+def test_random_numbers_are_new_in_every_call_as_eagerly(symbolic, without_host):
+    # each call draws its own seeds from the global stream, in the eager order (dropout in a
+    # training step): no divergence, no recompiling, the eager values
+    def fn(x):
+        keep = F.dropout(x, 0.5, training=True)
+        return keep + mge.random.uniform(size=(4,)), mge.random.normal(size=(2, 2))
+
+    traced = trace(fn, symbolic=symbolic, without_host=without_host)
+    mge.random.seed(11)
+    got = [traced(mge.tensor(arr((4,), seed=k))) for k in range(CALLS)]
+    mge.random.seed(11)
+    want = [fn(mge.tensor(arr((4,), seed=k))) for k in range(CALLS)]
+    for g, w in zip(got, want):
+        _same(g, w)
+    assert not np.array_equal(got[1][1].numpy(), got[2][1].numpy())
+    assert traced._last.programs.compiled <= 2

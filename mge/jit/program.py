@@ -7,6 +7,14 @@ of a ``Recording`` (``compile_program``) does, in order:
 
 * **dead-code elimination** -- only the ops that the requested outputs depend on are kept (a
   replay still checks every op the function issues; the program runs only those that matter);
+* **common subexpressions** -- an op equal to an earlier one (same parameters) on the same
+  inputs is not run again: its outputs are the earlier op's (not for ops that are never
+  recomputed: random numbers, updates);
+* **constant folding** -- an op whose inputs are all constants (creation ops such as ``Fill``,
+  ``Linspace``, ``Eye``, and what is computed from them only) runs once, when the program is
+  compiled; its small results (at most ``FOLD_MAX_SIZE`` elements) are kept, read-only, as
+  constants of the program.  Captured tensors are not constants (they change between calls),
+  nor are random numbers;
 * **a buffer plan** -- each intermediate is dropped right after its last reader, and that reader
   is told it may write its output into the freed buffer (the door's in-place ``reuse``), so a
   chain of elementwise ops runs in one or two buffers;
@@ -36,6 +44,7 @@ from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> 
 from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
+from .._core.ops.rng import reseeded as _reseeded
 
 _run = _accel.load("mge.jit.engine")
 
@@ -49,8 +58,10 @@ class TracedProgram(OpDef):
     never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
 
     def __init__(self, plan, n_slots, in_vars, out_vars, out_slots, out_descs, long_running, label,
-                 profile=None, device=None):
+                 profile=None, device=None, consts=()):
         d = self.__dict__
+        d["consts"] = consts        # the folded constants' arrays (read-only), after the inputs
+        d["seeded_steps"] = {}      # recorded op index -> plan index, of random-number ops
         d["device"] = device        # where it runs when it has no inputs (random numbers only)
         d["profile"] = profile      # None, or {op name: [calls, seconds]} that runs add to
         d["plan"] = plan            # [(op, input slots, output slots, descs, reuse, frees)]
@@ -67,6 +78,34 @@ class TracedProgram(OpDef):
 
     def __eq__(self, other):
         return self is other
+
+    def reseeded(self, ops):
+        """This program with the random-number ops of ``ops`` (recorded op index -> the op, with
+        its seed of this call) in place of the recorded ones: a new program object, so that a
+        run already queued keeps its own seeds.  ``fresh_seeds()`` draws each one's next seed."""
+        plan = None
+        for k, op in ops.items():
+            i = self.seeded_steps.get(k)
+            if i is not None:
+                if plan is None:
+                    plan = list(self.plan)
+                plan[i] = (op,) + plan[i][1:]
+        if plan is None:
+            return self
+        new = object.__new__(TracedProgram)
+        d = new.__dict__
+        d.update(self.__dict__)
+        d["plan"] = plan
+        d["_key"] = (id(new),)
+        d["_hash"] = id(new)
+        return new
+
+    def fresh_seeds(self):
+        """This program with the next seed drawn for each of its random-number ops (a run
+        without the function's Python: ``without_host``)."""
+        if not self.seeded_steps:
+            return self
+        return self.reseeded({k: _reseeded(self.plan[i][0]) for k, i in self.seeded_steps.items()})
 
     def __hash__(self):
         return self._hash
@@ -96,6 +135,8 @@ def _run_program(op, *inputs):
     global _cpu
     if _cpu is None:
         _cpu = as_device("cpu0").impl
+    if op.consts:  # the folded constants take the slots after the inputs'
+        inputs = inputs + op.consts
     return _run_plan(_cpu, op.plan, op.n_slots, inputs, op.out_slots, op.name, op.profile)
 
 
@@ -194,6 +235,82 @@ def _op_runs_long(op, descs_in, descs_out):
         return True
 
 
+class RecordingView:
+    """Ops and descs as ``compile_program`` reads a recording (a rewritten or partial one)."""
+
+    def __init__(self, descs, ops):
+        self.descs = descs
+        self.ops = ops
+
+
+FOLD_MAX_SIZE = 1 << 16  # elements: larger constants are computed by each run, not kept
+
+
+def _merge_common(ops, keep):
+    # common subexpressions: (op, inputs) seen before -> the earlier outputs.  Returns the ops
+    # with inputs renamed, the ops kept, and the renaming of the dropped ops' outputs.
+    ops = list(ops)
+    alias = {}
+    seen = {}
+    kept = []
+    for k in keep:
+        op, ins, outs = ops[k]
+        if alias:
+            ins = tuple([alias.get(v, v) for v in ins])
+            ops[k] = (op, ins, outs)
+        if not op.never_recompute:
+            key = (op, ins)
+            try:
+                first = seen.get(key)
+            except TypeError:  # an op whose parameters do not hash: not merged
+                first = key = None
+            if first is not None and len(first) == len(outs):
+                for v, w in zip(outs, first):
+                    alias[v] = w
+                continue
+            if key is not None:
+                seen[key] = outs
+        kept.append(k)
+    return ops, kept, alias
+
+
+def _fold_constants(rec, keep, out_vars):
+    # ops whose inputs are all constants run now; returns the ops left and {var: array}
+    global _cpu
+    if _cpu is None:
+        _cpu = as_device("cpu0").impl
+    ops, descs = rec.ops, rec.descs
+    wanted = set(out_vars)
+    consts, left = {}, []
+    for k in keep:
+        op, ins, outs = ops[k]
+        # (an op taking new parameters in a replay, such as Fill's value, recompiles: folding it
+        # is safe)
+        if (op.never_recompute or not outs or wanted.intersection(outs)
+                or any(v not in consts for v in ins)
+                or any(descs[v][0] is None or _size(descs[v][0]) > FOLD_MAX_SIZE for v in outs)
+                or any(not _on_cpu(descs[v][2]) for v in outs)):
+            left.append(k)
+            continue
+        try:
+            values = _cpu.execute(op, [consts[v] for v in ins], [_desc(descs[v]) for v in outs],
+                                  None)
+        except Exception:  # it fails when it runs, as it would have without folding
+            left.append(k)
+            continue
+        for v, value in zip(outs, values):
+            value.flags.writeable = False  # shared by every run: nothing may write into it
+            consts[v] = value
+    return left, consts
+
+
+def _on_cpu(device):
+    try:
+        return as_device(device).impl is _cpu
+    except Exception:
+        return False
+
+
 def compile_program(rec, start, stop, out_vars, profile=None):
     """Ops ``[start, stop)`` of ``rec`` as a ``TracedProgram`` giving ``out_vars``; with a
     ``profile`` dict, each run adds its kernel calls' counts and times to it, by op name."""
@@ -209,27 +326,35 @@ def compile_program(rec, start, stop, out_vars, profile=None):
         keep.append(k)
         needed.update(ins)
     keep.reverse()
+    ops, keep, alias = _merge_common(ops, keep)
+    rec = RecordingView(descs, ops)
+    wanted = tuple([alias.get(v, v) for v in out_vars])  # the outputs, as the kept ops name them
+    keep, consts = _fold_constants(rec, keep, wanted)
     produced = set()
     for k in keep:
         produced.update(ops[k][2])
     in_vars = []
-    seen = set()
+    seen = set(consts)
     for k in keep:
         for v in ops[k][1]:
             if v not in produced and v not in seen:
                 seen.add(v)
                 in_vars.append(v)
-    for v in out_vars:  # an output the slice does not compute: an input passed through
+    for v in wanted:  # an output the slice does not compute: an input passed through
         if v not in produced and v not in seen:
             seen.add(v)
             in_vars.append(v)
     slot = {v: i for i, v in enumerate(in_vars)}
-    n_slots = len(in_vars)
+    const_vars = [v for v in consts if any(v in ops[k][1] for k in keep)]
+    for v in const_vars:  # (their arrays follow the inputs: _run_program)
+        slot[v] = len(slot)
+    n_slots = len(slot)
     last = {}
     for k in keep:
         for v in ops[k][1]:
             last[v] = k
-    keep_alive = set(out_vars) | set(in_vars)  # inputs belong to their tensors
+    # inputs belong to their tensors, constants to the program
+    keep_alive = set(wanted) | set(in_vars) | set(const_vars)
     plan = []
     works = []     # per plan step: the multiply-adds of a product that may pair, else 0
     long_running = False
@@ -237,7 +362,7 @@ def compile_program(rec, start, stop, out_vars, profile=None):
     for unit in _fusion_units(rec, keep):
         if type(unit) is list:  # a fused elementwise chain
             before = len(plan)
-            n_slots = _plan_fused(rec, unit, slot, n_slots, last, keep_alive, out_vars, plan)
+            n_slots = _plan_fused(rec, unit, slot, n_slots, last, keep_alive, wanted, plan)
             works.extend([0] * (len(plan) - before))
             fresh.update(v for k in unit for v in ops[k][2])
             continue
@@ -272,13 +397,19 @@ def compile_program(rec, start, stop, out_vars, profile=None):
         works.append(_gemm_work(rec, op, ins, outs))
     if pairs_pay():
         plan = _pair_products(plan, works)
+    seeded = {ops[k][0]: k for k in keep if ops[k][0].seeded}  # (seeds make them unique)
     # (descs and reuse are lists: the kernel door takes lists)
     label = f"ops {start}..{stop - 1}"
-    return TracedProgram(plan, n_slots, in_vars, tuple(out_vars),
-                         tuple(slot[v] for v in out_vars),
+    program = TracedProgram(plan, n_slots, in_vars, tuple(out_vars),
+                         tuple(slot[v] for v in wanted),
                          tuple(TensorDesc(descs[v][0], descs[v][1]) for v in out_vars),
                          long_running, label, profile,
-                         descs[out_vars[0]][2] if out_vars else None)
+                         descs[out_vars[0]][2] if out_vars else None,
+                         tuple(consts[v] for v in const_vars))
+    if seeded:
+        program.seeded_steps.update({seeded[step[0]]: i for i, step in enumerate(plan)
+                                     if step[0] in seeded})
+    return program
 
 
 # -- fusion of elementwise chains --------------------------------------------------------------------

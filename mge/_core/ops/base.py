@@ -64,6 +64,8 @@ class OpDef:
     * ``trace_parameters`` -- a replaying ``jit.trace`` takes the op with other parameters than
       recorded (hyperparameters such as a learning rate, which MegEngine passes as tensors):
       the program is recompiled with the new op instead of raising ``TraceError``.
+    * ``seeded`` -- the op has a ``seed`` parameter that every call draws anew (random numbers):
+      a replaying ``jit.trace`` takes each call's seed without recompiling (``reseeded``).
     """
 
     _fields = ()
@@ -72,6 +74,7 @@ class OpDef:
     long_running = True
     never_recompute = False
     trace_parameters = False
+    seeded = False
 
     @classmethod
     def get(cls, *args):

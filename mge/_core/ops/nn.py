@@ -77,6 +77,7 @@ class Dropout(OpDef):
     _fields = ("drop_prob", "seed")
     long_running = False
     never_recompute = True  # it draws random numbers
+    seeded = True           # from the global handle's stream (F.nn.dropout)
 
 
 class Pad(OpDef):

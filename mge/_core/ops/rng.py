@@ -17,7 +17,8 @@ import numpy as np
 from .base import OpDef, TensorDesc, def_infer, op_error
 
 __all__ = ["UniformRNG", "GaussianRNG", "GammaRNG", "BetaRNG", "PoissonRNG", "PermutationRNG",
-           "ShuffleRNG", "new_handle", "delete_handle", "next_seed", "seed_handle"]
+           "ShuffleRNG", "new_handle", "delete_handle", "next_seed", "seed_handle", "reseeded",
+           "same_but_seed"]
 
 _streams = {}
 _seeds = {}  # handle -> the seed its stream was last (re)started from
@@ -51,6 +52,20 @@ def next_seed(handle):
     return int(stream.integers(0, 2 ** 63 - 1))
 
 
+def reseeded(op):
+    """``op`` (a ``seeded`` op) with the next seed of its handle, as a new call would draw it."""
+    values = [getattr(op, f) for f in op._fields]
+    values[op._fields.index("seed")] = next_seed(getattr(op, "handle", 0))  # (dropout: 0)
+    return type(op).get(*values)
+
+
+def same_but_seed(a, b):
+    """Whether ops ``a`` and ``b`` are one ``seeded`` op but for their seeds."""
+    if type(a) is not type(b) or not a.seeded:
+        return False
+    return all(getattr(a, f) == getattr(b, f) for f in a._fields if f != "seed")
+
+
 class UniformRNG(OpDef):
     """Uniform values in ``[0, 1)`` of ``shape``."""
 
@@ -58,6 +73,7 @@ class UniformRNG(OpDef):
     sets_device = True
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 class GaussianRNG(OpDef):
@@ -67,6 +83,7 @@ class GaussianRNG(OpDef):
     sets_device = True
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 class GammaRNG(OpDef):
@@ -75,6 +92,7 @@ class GammaRNG(OpDef):
     _fields = ("seed", "handle")
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 class BetaRNG(OpDef):
@@ -83,6 +101,7 @@ class BetaRNG(OpDef):
     _fields = ("seed", "handle")
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 class PoissonRNG(OpDef):
@@ -91,6 +110,7 @@ class PoissonRNG(OpDef):
     _fields = ("seed", "handle")
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 class PermutationRNG(OpDef):
@@ -100,6 +120,7 @@ class PermutationRNG(OpDef):
     sets_device = True
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 class ShuffleRNG(OpDef):
@@ -108,6 +129,7 @@ class ShuffleRNG(OpDef):
     _fields = ("seed", "handle")
     long_running = False
     never_recompute = True
+    seeded = True
 
 
 def _no_inputs(op, descs):
