@@ -19,9 +19,12 @@ _tensor_mod.F = functional
 from ._core.autodiff import rules as _rules  # noqa: E402,F401  (fills the backward tables)
 
 from . import amp, autodiff, config, core, device, random  # noqa: E402,F401
+from .device import (get_allocated_memory, get_device_count, get_max_allocated_memory,  # noqa: E402,F401
+                     is_cuda_available, reset_max_memory_stats)
 from . import module  # noqa: E402,F401
 from . import jit, optimizer  # noqa: E402,F401
 from . import dtr  # noqa: E402,F401
+from . import distributed  # noqa: E402,F401  (a world of one process; MPI is issue 15)
 from . import data  # noqa: E402,F401  (lazy: its submodules load on first use)
 from . import utils  # noqa: E402,F401  (lazy: profiler, profile_analyze, module_stats)
 from .serialization import load, save  # noqa: E402
@@ -43,4 +46,5 @@ def _sync():
 
 
 __all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "autodiff", "config", "core",
-           "device", "module", "optimizer", "dtr", "jit", "data", "utils", "save", "load", "get_default_device", "set_default_device", "__version__"]
+           "device", "module", "optimizer", "dtr", "distributed", "jit", "data", "utils", "save", "load", "get_default_device", "set_default_device", "is_cuda_available", "get_device_count",
+           "get_allocated_memory", "get_max_allocated_memory", "reset_max_memory_stats", "__version__"]
