@@ -9,7 +9,8 @@ channel see ordinary mge ops.  MegEngine passes some parameters as tensor inputs
 of ``Reshape``/``Broadcast``, the indices of ``Subtensor``, the shape of an RNG op); those values are
 read from the tensors when the op is applied.
 
-Ops are immutable, compare equal and hash by their parameters, and their enum parameters
+Ops compare equal and hash by their parameters (settable, as in MegEngine: ``op.offsets = [...]``),
+and their enum parameters
 (``Elemwise.Mode``, ``Reduce.Mode``, ``Convolution.Strategy``, ...) accept MegEngine's names in any
 case.  Modes mge has no kernel for (``ERFINV``, ``RMULH``, ...) raise ``NotImplementedError`` when
 applied.  ``docs/differences.rst`` lists what differs.
@@ -95,8 +96,8 @@ class _Strategy(enum.IntFlag):
 
 # -- the base class --------------------------------------------------------------------------------
 class BuiltinOp:
-    """Base of MegEngine's op classes: parameters in ``_params`` (name -> default), immutable,
-    compared and hashed by value.  ``apply`` of an instance runs :meth:`_apply` on its inputs."""
+    """Base of MegEngine's op classes: parameters in ``_params`` (name -> default), settable by
+    attribute (enum parameters converted), compared and hashed by value.  ``apply`` of an instance runs :meth:`_apply` on its inputs."""
 
     _params = {}
     _enums = {}   # parameter -> converter (enum parameters)
@@ -128,7 +129,11 @@ class BuiltinOp:
         if name == "scope":
             object.__setattr__(self, name, value)
             return
-        raise AttributeError(f"{type(self).__name__} is immutable")
+        values = self.__dict__["_values"]
+        if name not in values:
+            raise AttributeError(f"{type(self).__name__} has no parameter {name!r}")
+        conv = self._enums.get(name)
+        values[name] = conv(value) if conv is not None else value
 
     def _key(self):
         return tuple((k, _hashable(v)) for k, v in self._values.items())
@@ -761,6 +766,50 @@ _op("ParamPackSplit", {"offsets": [], "shapes": []},
     doc="``(flat) ->`` the tensors of ``shapes`` at ``offsets`` (begin, end pairs).",
     _apply=_param_pack_split_apply)
 
+
+
+# -- collective communication (mge.distributed) ----------------------------------------------------
+_CollectiveMode = _make_enum("CollectiveComm.Mode", [
+    "REDUCE_SUM", "BROADCAST", "ALL_GATHER", "REDUCE_SCATTER_SUM", "ALL_REDUCE_SUM",
+    "ALL_REDUCE_MAX", "ALL_REDUCE_MIN", "ALL_REDUCE_PROD", "GATHER", "SCATTER", "ALL_TO_ALL"])
+
+
+def _needs_mpi(what):
+    from ...distributed.group import _needs_mpi as needs
+    return needs(what)
+
+
+def _collective_apply(self, inputs):
+    # Every mode of a group of one rank gives that rank its own input (the sum, max, min or
+    # product of one value; the gather, scatter or all-to-all of one part): a copy of the input
+    # on ``comp_node``, whose backward rule (a copy back) is the collective's one-rank gradient.
+    (x,) = inputs
+    if int(self.nr_devices) > 1:
+        raise _needs_mpi(f"CollectiveComm({self.mode}) over {int(self.nr_devices)} ranks")
+    return _apply(_ops.Copy(_device(self.comp_node, inputs)), x)
+
+
+_op("CollectiveComm", {"key": "", "nr_devices": 0, "rank": 0, "is_root": False,
+                       "local_grad": False, "addr": "", "port": 0,
+                       "mode": _CollectiveMode.REDUCE_SUM, "dtype": None, "backend": "",
+                       "comp_node": ""},
+    {"mode": _CollectiveMode.convert, "dtype": _dtype},
+    "MegEngine's collective op over the ``nr_devices`` ranks of a group (``CollectiveComm.Mode``); "
+    "mge runs groups of one rank (more need issue 15's MPI transport).",
+    Mode=_CollectiveMode, _apply=_collective_apply)
+
+
+def _remote_apply(self, inputs):
+    raise _needs_mpi(f"{type(self).__name__} (a tensor sent between two processes)")
+
+
+_op("RemoteSend", {"key": "", "addr": "", "port": 0, "rank_to": 0, "backend": ""},
+    doc="MegEngine's send of a tensor to process ``rank_to``: needs issue 15's MPI transport.",
+    _apply=_remote_apply)
+_op("RemoteRecv", {"key": "", "addr": "", "port": 0, "rank_from": 0, "cn": "invalid",
+                   "shape": [], "dtype": None, "backend": ""}, {"dtype": _dtype},
+    doc="MegEngine's receive of a tensor from process ``rank_from``: needs issue 15's MPI "
+        "transport.", _apply=_remote_apply)
 
 def apply(op, *inputs):
     """Apply ``op`` (a class of this module or an mge op) to ``inputs``: a tuple of tensors."""
