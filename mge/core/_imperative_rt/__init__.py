@@ -7,15 +7,15 @@ errors, options, sync), :mod:`.ops` (RNG handles and seeds), :mod:`.common` (``C
 (``ComputingGraph``, ``VarNode``, ``OperatorNodeConfig``, ``make_backward_graph``) have no
 counterpart: reading them raises ``NotImplementedError`` naming what to use instead.
 """
-from . import common, core2, ops, utils  # noqa: F401
+from . import common, core2, imperative, ops, utils  # noqa: F401
 from .common import CompNode, DeviceTensorND  # noqa: F401
 from .utils import Logger  # noqa: F401
 
-__all__ = ["CompNode", "DeviceTensorND", "Logger", "TensorAttr", "common", "core2", "ops", "utils"]
+__all__ = ["CompNode", "DeviceTensorND", "Logger", "TensorAttr", "common", "core2", "imperative", "ops", "utils"]
 
 _GRAPH_ONLY = {
     "ComputingGraph", "VarNode", "OperatorNode", "OperatorNodeConfig", "AsyncExecutable",
-    "imperative", "make_const", "make_h2d", "SymbolVar", "GraphOptimizeOptions",
+    "make_const", "make_h2d", "SymbolVar", "GraphOptimizeOptions",
 }
 
 
