@@ -45,6 +45,7 @@ __all__ = ["TraceTransformation", "Recording", "Recorder", "LazyRecorder", "Repl
 Tensor = mge.Tensor
 TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
 _Assign = ops.Assign
+_IDENTITY = ops.Identity()
 _channel = get_channel()
 _dispatch = _accel.load("mge._core.dispatch")
 Match = _accel.load("mge_plugins.trace_match").Match
@@ -108,8 +109,10 @@ class Recording:
         self.calls = {}      # first op -> (op, input specs, end, output vars, AMP on): see top
         self.backwards = {}  # first op -> a backward pass, for replaying it whole (or None)
         self.assigned = []   # (captured tensor, var of its value after the call)
+        self.cut_vars = set()  # externals that were op outputs before an excluded block
         self._var_of = {}    # id(handle) -> var, while recording
         self._keep = []      # the handles seen: their ids stay unique while recording
+        self._cut = set()    # id(handle) of the op outputs an excluded block cut off
 
     def _new_var(self, info):
         v = len(self.descs)
@@ -125,9 +128,26 @@ class Recording:
         if v is None and make_external:
             v = self._new_var(info)
             self.externals[v] = x
-            if self.capture_as_const:  # a copy of the value as first read
+            if id(info) in self._cut:
+                self.cut_vars.add(v)  # taken as it is in each call (see cut)
+            elif self.capture_as_const:  # a copy of the value as first read
                 self.snapshots[v] = Tensor(x.numpy(), dtype=x.dtype, device=x.device)
         return v
+
+    def cut(self):
+        """An ``exclude_from_trace`` block starts: the ops recorded so far have run, and the
+        values they computed enter the trace again, when an op reads them after the block, as
+        externals taken as they are in each call (``cut_vars``) -- as MegEngine's trace unwraps
+        its values when an excluded region begins.  Arguments and captured tensors keep their
+        vars."""
+        keep = {}
+        args = set(self.args)
+        for i, v in self._var_of.items():
+            if v in self.externals or v in args:
+                keep[i] = v
+            else:
+                self._cut.add(i)
+        self._var_of = keep
 
     def bind_arg(self, x):
         v = self._var_of.get(id(x._info))
@@ -227,6 +247,10 @@ class Recorder(Transformation):
         outputs = next(op, inputs)
         rec.add(op, inputs, ins, outputs)
         return outputs
+
+    def cut(self):
+        """An ``exclude_from_trace`` block starts (see ``Recording.cut``)."""
+        self.recording.cut()
 
     # -- backward passes (the grad plugin's hook) -------------------------------------------------
     def backward(self, key, seeds, run, attached, alone):
@@ -331,7 +355,7 @@ class LazyRecorder(Recorder):
             ext = rec.externals.get(v)
             if ext is None:
                 vi.append(None)
-            elif rec.capture_as_const:
+            elif v in rec.snapshots:
                 vi.append(rec.snapshots[v]._info)
             else:
                 vi.append(ext._info)
@@ -442,6 +466,16 @@ class LazyRecorder(Recorder):
             vi[v] = r
             self.temps.append(r)
 
+    def cut(self):
+        """An ``exclude_from_trace`` block starts: what was recorded runs now (the block may
+        read any value), then ``Recording.cut``."""
+        rec = self.recording
+        self._grow()
+        ks = [k for k in range(len(rec.ops)) if k not in self.done]
+        self._run(ks, lambda v: True, ())
+        self.done.update(ks)
+        rec.cut()
+
     def finish(self):
         """The function returned (``Recording.finish`` done): run what has not run."""
         rec = self.recording
@@ -533,6 +567,7 @@ class Replayer(Transformation):
         self.real = {}          # id(virtual handle) -> (it, the real one), once launched
         self.kept = []          # tensors rebound to captured vars, alive until the call ends
         self.seeds = {}         # recorded op index -> the random-number op with this call's seed
+        self.op_by_op = False   # issue the recorded ops one by one (DTR sees each: dtr_config)
         m = self.m = Match(self, recording, _Assign, _Purity(self), _amp_state())
         self.apply = m.apply    # the stack calls the compiled layer directly
         self.top = m.top        # and so does apply()'s hook
@@ -555,8 +590,9 @@ class Replayer(Transformation):
         vi = self.m.vi
         for v, x in zip(rec.args, args):
             vi[v] = x._info
+        snapshots = rec.snapshots
         for v, t in rec.externals.items():
-            vi[v] = rec.snapshots[v]._info if self.capture_as_const else t._info
+            vi[v] = snapshots[v]._info if v in snapshots else t._info
 
     # -- the slow paths of matching ----------------------------------------------------------------
     def too_many(self, op):
@@ -602,7 +638,7 @@ class Replayer(Transformation):
         info = x._info
         if self.capture_as_const and rec.externals.get(v) is x:
             return  # the captured tensor itself: its recorded value is used (bind)
-        if v in rec.externals and not self.capture_as_const:
+        if v in rec.externals and (not self.capture_as_const or v in rec.cut_vars):
             shape, dtype, _ = rec.descs[v]
             if info.shape == shape and info.dtype == dtype:
                 if k < self.launched:
@@ -728,17 +764,15 @@ class Replayer(Transformation):
         # vars that later ops still read: the trace holds a handle of its own on them (a
         # placeholder holding one may be dropped before those ops run)
         later = self.compiled.later(rec, start, upto)
-        program = self.compiled.get(rec, start, upto, tuple(out_vars) + tuple(later))
-        if self.seeds:
-            program = program.reseeded(self.seeds)
         vi = m.vi
-        inputs = [vi[v] for v in program.in_vars]
-        for info in inputs:
-            if info is None or info.deleted:
-                raise TraceError("a value the traced program reads was lost "
-                                 f"({'never bound' if info is None else info.shape})")
         try:
-            real = _channel.apply_op(program, inputs)
+            if self.op_by_op:
+                real = self._issue_ops(start, upto, tuple(out_vars) + tuple(later))
+            else:
+                program = self.compiled.get(rec, start, upto, tuple(out_vars) + tuple(later))
+                if self.seeds:
+                    program = program.reseeded(self.seeds)
+                real = _channel.apply_op(program, self._inputs(program.in_vars))
         except BaseException as e:
             # (async_level 0: the program failed at once) the tensors waiting for it are
             # unusable, with the failure as the cause, as after any failed op
@@ -759,6 +793,51 @@ class Replayer(Transformation):
             m.temps.append(r)
         self.launched = upto
 
+    def _inputs(self, in_vars):
+        vi = self.m.vi
+        inputs = [vi[v] for v in in_vars]
+        for info in inputs:
+            if info is None or info.deleted:
+                raise TraceError("a value the traced program reads was lost "
+                                 f"({'never bound' if info is None else info.shape})")
+        return inputs
+
+    def _issue_ops(self, start, upto, wanted):
+        """Ops ``[start, upto)`` issued to the channel one by one, as eagerly (``dtr_config``:
+        DTR may evict and recompute each of their outputs); returns a handle per var of
+        ``wanted``, as a program would: each the caller's own."""
+        rec = self.rec
+        vi = self.m.vi
+        wanted_set = set(wanted)
+        last = {}
+        for k in range(start, upto):
+            for v in rec.ops[k][1]:
+                last[v] = k
+        own = {}  # var -> a handle of this call's own
+        for k in range(start, upto):
+            op, ins, outs = rec.ops[k]
+            if not outs:
+                continue  # (an in-place update: no instruction)
+            infos = _channel.apply_op(self.seeds.get(k, op),
+                                      [own[v] if v in own else vi[v] for v in ins])
+            for v, info in zip(outs, infos):
+                own[v] = info
+            for v in set(ins) | set(outs):  # what nothing reads any more goes at once
+                if v in own and last.get(v, -1) <= k and v not in wanted_set:
+                    _channel.del_(own.pop(v))
+        result = []
+        given = {}
+        for v in wanted:
+            if v in own:
+                given[v] = own.pop(v)  # the first holder takes ours
+                result.append(given[v])
+            else:  # another holder of the same var, or an input passed through
+                src = given[v] if v in given else vi[v]
+                result.append(_channel.apply_op(_IDENTITY, [src])[0])
+        for info in own.values():
+            _channel.del_(info)
+        return result
+
     def run_without_host(self):
         """``without_host``: run the whole recording as one program, without the function's
         Python; returns the output handles.  Captured tensors the recording assigned take their
@@ -775,6 +854,11 @@ class Replayer(Transformation):
             t._info = r
             _channel.del_(old)
         return real[:n]
+
+    def cut(self):
+        """An ``exclude_from_trace`` block starts: the ops matched so far run, so that the
+        block reads values (after it, the trace takes them as the recording's cut vars)."""
+        self.launch(self.m.pos)
 
     def check_complete(self):
         """The function returned: it must have issued every recorded op."""

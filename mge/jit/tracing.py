@@ -39,14 +39,17 @@ def is_tracing():
 def exclude_from_trace():
     """Run the block's ops eagerly, outside the trace: they are neither recorded nor replayed.
 
-    Values the block reads from the traced function are computed first (the program runs up to
-    them); what it computes is not part of the trace.
+    The trace is cut there, as MegEngine's is: the ops recorded (or matched) so far run first,
+    and a value computed before the block that an op reads after it enters the trace as an
+    input taken as it is in each call -- so the block may replace it (``x = -x`` in some calls
+    only).  What the block computes is not part of the trace.
     """
     global _excluded
     if _excluded or _active is None:
         yield
         return
     layer = _active._layer
+    layer.cut()  # what ran so far has values; they re-enter the trace as cut vars
     _excluded = True
     stack = _plugin().stack
     stack.unregister(layer)
@@ -119,8 +122,11 @@ class trace:
     * ``record_only`` -- the first call records lazily and runs nothing (for ``dump``): its
       results have no values, tensors it updated keep theirs.  Implies ``symbolic`` and
       ``capture_as_const``; later calls replay as usual.
-    * ``opt_level``, ``dtr_config``, ``sublinear_memory_config``, ``graph_opt_config`` are
-      accepted; see ``docs/differences.rst`` for what mge does with each.
+    * ``dtr_config`` -- DTR (``mge.dtr``) with the config's budget during each call: the
+      recorded ops are issued to the channel one by one instead of as compiled programs, so
+      that DTR can evict their outputs and recompute them (results bit-identical).
+    * ``opt_level``, ``sublinear_memory_config``, ``graph_opt_config`` are accepted; see
+      ``docs/differences.rst`` for what mge does with each.
     * ``profiling`` -- the compiled programs time their kernel calls: ``get_profile()``.
     * ``without_host`` -- later calls do not run the function's Python: the recorded ops run as
       one program on the new arguments, captured tensors the function assigned (parameters,
@@ -184,13 +190,15 @@ class trace:
         if self.capture_as_const:
             for i, a in enumerate(args):
                 if not isinstance(a, Tensor):
-                    raise TypeError("trace: only tensor arguments are supported when "
-                                    f"capture_as_const is enabled (argument {i} is a "
-                                    f"{type(a).__name__})")
+                    e = TypeError("Only support tensor type args when capture_as_const is "
+                                  "enabled")  # (MegEngine's words; an AssertionError there)
+                    e.add_note(f"trace: argument {i} is a {type(a).__name__}")
+                    raise e
         key = (in_tree, tuple((t._info.shape, t._info.dtype, t._info.device) for t in tensors))
         tr = self._traces.get(key)
         _active = self
         _pspan = _profiler.trace_span(self, tr is None)  # profiler (issue 13): None when idle
+        saved = _dtr_on(self.dtr_config)
         try:
             if tr is None:
                 if self._traces and not self.symbolic_shape:
@@ -207,6 +215,7 @@ class trace:
             else:
                 outputs = self._replay(tr, args, kwargs, tensors)
         finally:
+            _dtr_restore(saved)
             _active = None
             self._layer = None
             _profiler.end(_pspan)  # profiler (issue 13)
@@ -217,7 +226,7 @@ class trace:
         plugin = _plugin()
         rec = plugin.Recording(self.capture_as_const)
         tr = _Trace(rec, in_tree, None, {} if self.profiling else None)
-        if self.symbolic:
+        if self.symbolic and self.dtr_config is None:  # (under DTR: op by op, as replays)
             return self._record_lazily(plugin, tr, args, kwargs, tensors)
         for t in tensors:
             rec.bind_arg(t)
@@ -274,6 +283,7 @@ class trace:
         plugin = _plugin()
         layer = self._layer = plugin.Replayer(tr.recording, tr.programs, self.capture_as_const)
         layer.bind(tensors)
+        layer.op_by_op = self.dtr_config is not None
         plugin.stack.register(layer, "trace")
         _channel.resolve = layer.resolve
         _dispatch.set_top_hook(layer)
@@ -320,8 +330,10 @@ class trace:
             if v in rec.externals:
                 continue  # computed outside the trace (an excluded block, a global): as it is
             if t._info is not vi[v] and not self._layer.holds(t, v):
-                raise TraceError(f"trace: output {i} is not the value recorded as output {i} "
-                                 f"(shape {rec.descs[v][0]}, {rec.descs[v][1]})")
+                e = TraceError("trace error because data unreadable")
+                e.add_note(f"trace: output {i} is not the value recorded as output {i} "
+                           f"(shape {rec.descs[v][0]}, {rec.descs[v][1]})")
+                raise e
 
     # -- introspection ----------------------------------------------------------------------------
     @property
@@ -385,6 +397,29 @@ class trace:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
         dump_trace(self, file, arg_names, output_names, append=append,
                    user_info=user_info if enable_metadata else None, ignored=kwargs)
+
+
+_DTR_OPTIONS = ("enable_dtr_auto_drop", "enable_drop", "record_computing_path",
+                "dtr_eviction_threshold", "dtr_evictee_minimum_size")
+
+
+def _dtr_on(config):
+    # dtr_config: DTR with its budget for the length of a call; returns the options to restore
+    if config is None:
+        return None
+    saved = {name: _channel.get_option(name) for name in _DTR_OPTIONS}
+    for name, value in (("enable_dtr_auto_drop", 1), ("enable_drop", 1),
+                        ("record_computing_path", 1),
+                        ("dtr_eviction_threshold", int(config.eviction_threshold)),
+                        ("dtr_evictee_minimum_size", int(config.evictee_minimum_size))):
+        _channel.set_option(name, value)
+    return saved
+
+
+def _dtr_restore(saved):
+    if saved is not None:
+        for name, value in saved.items():
+            _channel.set_option(name, value)
 
 
 def _unflatten(tree, tensors):
