@@ -147,3 +147,40 @@ def test_with_grad_manager():
         s.backward(gm, loss)
     assert w.grad is None and s.scale_factor == 2.0 ** 10
     mge._full_sync()  # the kernels' warnings come out while they are filtered
+
+
+def test_convert_module_and_tensor_format_mark_4d_and_5d_tensors():
+    import mge.module as M
+    from mge import amp
+
+    class Net(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = M.Conv2d(4, 4, 3, groups=2)
+            self.bn = M.BatchNorm2d(4)
+            self.fc = M.Linear(2, 2)
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+
+    net = Net()
+    before = {k: (v.shape, v.numpy().copy()) for k, v in net.named_tensors()}
+    copy = amp.convert_module_format(net, inplace=False)
+    assert all(t.format == "default" for t in net.tensors())
+    out = amp.convert_module_format(net)
+    assert out is net
+    for k, t in net.named_tensors():
+        assert t.format == ("nhwc" if t.ndim in (4, 5) else "default"), k
+        assert t.shape == before[k][0]
+        np.testing.assert_array_equal(t.numpy(), before[k][1])
+    assert {k: t.format for k, t in copy.named_tensors()} == \
+        {k: t.format for k, t in net.named_tensors()}
+    x = mge.tensor(np.random.RandomState(0).rand(1, 4, 5, 5).astype("float32"))
+    y = amp.convert_tensor_format(x, inplace=False)
+    assert y is not x and y.format == "nhwc" and x.format == "default"
+    np.testing.assert_array_equal(y.numpy(), x.numpy())
+    assert amp.convert_tensor_format(x) is x and x.format == "nhwc"
+    v = mge.tensor([1.0, 2.0])
+    assert amp.convert_tensor_format(v) is v and v.format == "default"
+    with pytest.raises(TypeError, match="convert_module_format"):
+        amp.convert_module_format(x)

@@ -360,3 +360,53 @@ def test_sequential_forward_set_and_delete():
     assert s3.layer_keys == ["2"]
     with pytest.raises(TypeError, match="Sequential: layer '0' is a int, not a Module"):
         M.Sequential(3)
+
+
+# -- dotted-key access (MegEngine's _access_structure and utils.module_utils) -------------------
+
+class _Structured(M.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc = M.Linear(2, 2)
+        self.blocks = [M.Linear(2, 3), {"head": M.Linear(3, 1)}]
+        self.seq = M.Sequential(M.Linear(2, 2), M.ReLU())
+
+    def forward(self, x):
+        return x
+
+
+def test_access_structure_follows_lists_dicts_and_attributes():
+    from mge.module.module import _access_structure
+    net = _Structured()
+    assert _access_structure(net, "fc") is net.fc
+    assert _access_structure(net, "blocks.0") is net.blocks[0]
+    assert _access_structure(net, "blocks.1.head.weight") is net.blocks[1]["head"].weight
+    seen = _access_structure(net, "blocks.1.head", callback=lambda p, k, c: (p, k, c))
+    assert seen == (net.blocks[1], "head", net.blocks[1]["head"])
+    parent, key, _ = _access_structure(net, "blocks.0", callback=lambda p, k, c: (p, k, c))
+    assert parent is net.blocks and key == 0
+
+
+def test_expand_structure_get_and_set_by_named_modules_keys():
+    from mge.utils.module_utils import get_expand_structure, set_expand_structure
+    net = _Structured()
+    for key, module in net.named_modules():
+        if key:
+            assert get_expand_structure(net, key) is module
+    new_head, new_fc, new_layer = M.Linear(3, 1), M.Linear(2, 2), M.Linear(2, 2)
+    set_expand_structure(net, "blocks.1.head", new_head)
+    set_expand_structure(net, "fc", new_fc)
+    set_expand_structure(net, "seq.0", new_layer)
+    assert net.blocks[1]["head"] is new_head and net.fc is new_fc and net.seq[0] is new_layer
+    x = mge.tensor(np.ones((1, 2), "float32"))
+    np.testing.assert_allclose(net.seq(x).numpy(),
+                               np.maximum(new_layer(x).numpy(), 0), rtol=1e-6)
+
+
+def test_set_module_mode_safe_restores_each_mode():
+    from mge.utils.module_utils import set_module_mode_safe
+    net = _Structured()
+    net.fc.eval()
+    with set_module_mode_safe(net, training=False) as m:
+        assert m is net and not any(x.training for x in net.modules())
+    assert not net.fc.training and net.seq.training and net.training

@@ -384,3 +384,18 @@ def test_parameters_receive_gradients_of_their_shapes():
     out = feats @ _f64(head.weight).T + _f64(head.bias)
     _close(head.weight.grad, 2 * out.T @ feats, tol=1e-4)
     _close(head.bias.grad, 2 * out.sum(0), tol=1e-4)
+
+
+def test_elemwise_module_takes_megengine_mode_names():
+    rng = np.random.RandomState(0)
+    a, b, c = (rng.randn(7).astype("float32") for _ in range(3))
+    ta, tb, tc = mge.tensor(a), mge.tensor(b), mge.tensor(c)
+    hswish = a * np.clip(a + 3, 0, 6) / 6
+    np.testing.assert_allclose(M.Elemwise("h_swish")(ta).numpy(), hswish, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(M.Elemwise("H_SWISH")(ta).numpy(), hswish, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(M.Elemwise("fuse_mul_add3")(ta, tb, tc).numpy(), a * b + c,
+                               rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(M.Elemwise("negate")(ta).numpy(), -a)
+    np.testing.assert_allclose(M.Elemwise("add")(ta, tb).numpy(), a + b, rtol=1e-6)
+    with pytest.raises(ValueError, match="Elemwise: unknown method 'no_such_mode'"):
+        M.Elemwise("no_such_mode")(ta)

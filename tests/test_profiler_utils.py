@@ -6,6 +6,7 @@ import sys
 import textwrap
 
 import numpy as np
+import pytest
 
 import mge
 import mge.module as M
@@ -92,3 +93,66 @@ def test_mge_utils_is_importable_as_megengine_names():
     from mge.utils import profiler
     assert profiler.Profiler.CHROME_TIMELINE == "chrome_timeline.json"
     assert mge.utils.module_stats.module_stats is module_stats
+
+
+def test_module_stats_hook_modules_and_params_read_without_a_hook():
+    from mge.utils.module_stats import hook_modules, register_hook_module
+    assert M.Linear in hook_modules and M.conv._ConvNd in hook_modules
+
+    class Block(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.fc = M.Linear(3, 3)
+
+        def forward(self, x):
+            return x + 1
+
+    class Borrow(M.Module):
+        # reads conv1's weight and bias through calc_conv: no hook of conv1 runs
+        def __init__(self):
+            super().__init__()
+            self.conv1 = M.Conv2d(3, 4, 3, bias=True)
+            self.block = Block()
+
+        def forward(self, x):
+            return self.block(self.conv1.calc_conv(x, self.conv1.weight, self.conv1.bias))
+
+    register_hook_module(Block)
+    assert Block in hook_modules
+    with pytest.raises(TypeError, match="register_hook_module"):
+        register_hook_module(3)
+    total, details = module_stats(Borrow(), input_shapes=(1, 3, 8, 8), logging_to_stdout=False)
+    names = [p["name"] for p in details.params]
+    assert "conv1-w" in names and "conv1-b" in names
+    assert total.param_dims == 4 * 3 * 3 * 3 + 4
+    assert [a["name"] for a in details.activations[:-1]] == ["block"]
+    assert "__getattribute__" not in M.Module.__dict__
+
+
+def test_persistent_cache_file_and_memory(monkeypatch, tmp_path):
+    from mge.utils.persistent_cache import PersistentCacheOnServer
+    monkeypatch.setenv("MGE_FASTRUN_CACHE_TYPE", "FILE")
+    monkeypatch.setenv("MGE_FASTRUN_CACHE_DIR", str(tmp_path))
+    pc = PersistentCacheOnServer()
+    assert pc.config is None  # chosen on first use
+    pc.put("algo", "key", "value")
+    pc.put("algo", b"k2", b"\x00\x01")
+    assert pc.config.type == "in-file" and pc.get("algo", "key") == b"value"
+    idle = PersistentCacheOnServer()
+    del pc  # written back
+    del idle  # never used: writes nothing
+    pc = PersistentCacheOnServer()
+    assert pc.get("algo", "key") == b"value" and pc.get("algo", "k2") == b"\x00\x01"
+    assert pc.get("algo", "missing") is None
+    assert pc.clean() == 2 and PersistentCacheOnServer().get("algo", "key") is None
+    (tmp_path / "cache.bin").write_bytes(b"not a cache")
+    broken = PersistentCacheOnServer()
+    broken.put("a", "b", "c")  # the file fails: falls back to memory
+    assert broken.config.type == "in-memory"
+    monkeypatch.setenv("MGE_FASTRUN_CACHE_TYPE", "MEMORY")
+    mem = PersistentCacheOnServer()
+    mem.put("t", "k", "v")
+    assert mem.config.type == "in-memory" and mem.get("t", "k") == b"v"
+    assert PersistentCacheOnServer().get("t", "k") is None
+    with pytest.raises(TypeError, match="str or bytes"):
+        mem.put("t", "k", 3)

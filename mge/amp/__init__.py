@@ -11,6 +11,9 @@ the ``dtype_promote`` transformation plugin; this package only sets its switches
     ...     F.matmul(a, b).dtype
     dtype('float16')
 
+:func:`convert_module_format` and :func:`convert_tensor_format` mark 4-d and 5-d tensors as
+``"nhwc"`` (a label in mge: tensors keep their logical layout).
+
 The switches are module properties, as in MegEngine: ``mge.amp.enabled``,
 ``mge.amp.low_prec_dtype`` and ``mge.amp.high_prec_dtype`` can be read and set.
 """
@@ -19,9 +22,11 @@ import types
 
 from . import autocast as _autocast_mod
 from .autocast import autocast
+from .convert_format import convert_module_format, convert_tensor_format
 from .grad_scaler import GradScaler
 
-__all__ = ["autocast", "GradScaler", "enabled", "low_prec_dtype", "high_prec_dtype"]
+__all__ = ["autocast", "GradScaler", "convert_module_format", "convert_tensor_format", "enabled",
+           "low_prec_dtype", "high_prec_dtype"]
 
 # MegEngine's private switch functions, importable from mge.amp as before the package split.
 _set_amp_dtype_autocast = _autocast_mod._set_amp_dtype_autocast

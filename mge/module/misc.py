@@ -1,7 +1,7 @@
 """Small modules over single functions: ``Elemwise``, ``Concat``, ``Pad`` and ``PixelShuffle``
 (MegEngine has them so that quantization can swap them; here they are plain wrappers)."""
 from ..core import apply
-from .._core.ops import elemwise_op
+from .._core.ops import ELEMWISE_MODES, elemwise_op
 from ..functional.nn import pad, pixel_shuffle
 from ..functional.tensor import concat
 from .module import Module
@@ -11,7 +11,11 @@ __all__ = ["Elemwise", "Concat", "Pad", "PixelShuffle"]
 
 class Elemwise(Module):
     r"""The elementwise op ``method`` (MegEngine's mode names, any case: ``"add"``,
-    ``"fuse_add_relu"``, ``"relu"``...) on the inputs.
+    ``"fuse_add_relu"``, ``"relu"``, ``"h_swish"``, ``"fuse_mul_add3"``...) on the inputs.
+
+    Modes mge has a kernel for run directly; MegEngine's other names (``H_SWISH``,
+    ``NEGATE``, the ``FUSE_*`` compositions...) go through MegEngine's ``Elemwise`` op of
+    ``megengine.core.ops.builtin``, which maps them onto mge's kernels.
 
     Example:
         >>> import mge, mge.module as M
@@ -24,7 +28,16 @@ class Elemwise(Module):
         self.method = method
 
     def forward(self, *inps):
-        return apply(elemwise_op(str(self.method).lower()), *inps)[0]
+        mode = str(self.method).lower()
+        if mode in ELEMWISE_MODES:
+            return apply(elemwise_op(mode), *inps)[0]
+        from ..core._imperative_rt.core2 import apply as apply_builtin
+        from ..core.ops.builtin import Elemwise as BuiltinElemwise
+        try:
+            op = BuiltinElemwise(mode=mode.upper())
+        except ValueError as exc:
+            raise ValueError(f"Elemwise: unknown method {self.method!r} ({exc})") from None
+        return apply_builtin(op, *inps)[0]
 
 
 class Concat(Module):

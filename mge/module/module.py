@@ -44,6 +44,25 @@ def _expand_structure(prefix, obj):
     return found
 
 
+def _access_structure(obj, key, callback=None):
+    """Follow the dotted ``key`` (as :func:`_expand_structure` makes them: attribute names, list
+    indices, dict keys) from ``obj``; return ``callback(parent, last_key, leaf)``, or the leaf
+    itself without a callback.  List and tuple steps take integer indices."""
+    parent, cur, k = None, obj, None
+    for k in key.split("."):
+        parent = cur
+        if isinstance(cur, (list, tuple)):
+            k = int(k)
+            cur = cur[k]
+        elif isinstance(cur, dict):
+            cur = cur[k]
+        else:
+            cur = getattr(cur, k)
+    if callback is None:
+        return cur
+    return callback(parent, k, cur)
+
+
 def _is_parameter(obj):
     return isinstance(obj, Parameter)
 

@@ -19,7 +19,7 @@ from typing import Iterable
 
 import numpy as np
 
-__all__ = ["module_stats", "register_flops", "register_hook_module", "get_param_stats",
+__all__ = ["module_stats", "register_flops", "register_hook_module", "hook_modules", "get_param_stats",
            "get_activation_stats", "get_op_stats", "sizeof_fmt", "dict2table",
            "sum_param_stats", "sum_op_stats", "sum_activations_stats", "print_param_stats",
            "print_op_stats", "print_activations_stats", "print_summary", "get_dtype_bit",
@@ -139,24 +139,58 @@ def _default_rules():
     return found
 
 
-_hook_modules = []
+class _HookModules(list):
+    """The module classes ``module_stats`` puts a forward hook on (MegEngine's ``hook_modules``):
+    the kinds it has a flops rule for, then those ``register_hook_module`` added.  The default
+    kinds are found on first use, so importing this module does not import ``mge.module``."""
+
+    _filled = False
+
+    def _fill(self):
+        if not self._filled:
+            self._filled = True
+            list.__init__(self, [cls for cls, _ in _default_rules()] + list(self))
+
+    def __iter__(self):
+        self._fill()
+        return list.__iter__(self)
+
+    def __contains__(self, item):
+        self._fill()
+        return list.__contains__(self, item)
+
+    def __len__(self):
+        self._fill()
+        return list.__len__(self)
+
+    def __getitem__(self, index):
+        self._fill()
+        return list.__getitem__(self, index)
+
+    def __repr__(self):
+        self._fill()
+        return list.__repr__(self)
+
+
+hook_modules = _HookModules()
 
 
 def register_hook_module(module):
-    """Count modules of class ``module`` (or a list of classes) too (their flops need a rule:
-    ``register_flops``)."""
+    """Put a forward hook on modules of class ``module`` (or of each class in a list) too; their
+    parameters and activations are counted, and their flops where a rule (``register_flops``)
+    covers them."""
     if isinstance(module, (tuple, list)):
         for m in module:
             register_hook_module(m)
     elif isinstance(module, type) and issubclass(module, _M().Module):
-        _hook_modules.append(module)
+        hook_modules.append(module)
     else:
-        raise TypeError("register_hook_module expects a Module class or a list of them")
+        raise TypeError("register_hook_module: the param type should be in [list, tuple, "
+                        f"M.Module subclass], got {module!r}")
 
 
 def _hooked_classes():
-    classes = [cls for cls, _ in _default_rules()]
-    return tuple(classes + list(_calc_flops_dict) + _hook_modules)
+    return tuple(list(hook_modules) + list(_calc_flops_dict))
 
 
 def _flops_of(module, inputs, outputs):
@@ -323,6 +357,37 @@ def set_module_mode_safe(module, training=False):
             m.training = t
 
 
+@contextlib.contextmanager
+def _record_param_access(module_names, record):
+    """While the model runs, a ``weight`` or ``bias`` read from a module of the model is counted
+    as a parameter of that module, also when no hook sees it (a module calling another's
+    ``calc_conv(x, other.weight, other.bias)``); MegEngine does the same by swapping
+    ``Module.__getattribute__`` for the run."""
+    if record is None:
+        yield
+        return
+    Module = _M().Module
+    had_own = "__getattribute__" in Module.__dict__
+    original = Module.__getattribute__
+
+    def recording_getattribute(module, item):
+        member = original(module, item)
+        if item == "weight" or item == "bias":
+            name = module_names.get(id(module))
+            if name is not None:
+                record(name, item, member)
+        return member
+
+    Module.__getattribute__ = recording_getattribute
+    try:
+        yield
+    finally:
+        if had_own:
+            Module.__getattribute__ = original
+        else:
+            del Module.__getattribute__
+
+
 total_stats = namedtuple("total_stats", ["param_size", "param_dims", "flops", "act_size",
                                          "act_dims"])
 stats_details = namedtuple("module_stats", ["params", "flops", "activations"])
@@ -382,13 +447,8 @@ def module_stats(model, inputs: Iterable[np.ndarray] = None, input_shapes: list 
                 st["class_name"] = class_name
                 flops.append(st)
         if cal_params:
-            for attr, suffix in (("weight", "-w"), ("bias", "-b")):
-                p = getattr(module, attr, None)
-                if p is not None and id(p) not in seen and hasattr(p, "numpy"):
-                    st = get_param_stats(p)
-                    st["name"] = name + suffix
-                    params.append(st)
-                    seen.add(id(p))
+            for attr in ("weight", "bias"):
+                record_param(name, attr, getattr(module, attr, None))
         if cal_activations:
             out = outs[0] if isinstance(outs, (tuple, list)) else outs
             st = get_activation_stats(out, has_inputs)
@@ -396,12 +456,22 @@ def module_stats(model, inputs: Iterable[np.ndarray] = None, input_shapes: list 
             st["class_name"] = class_name
             activations.append(st)
 
+    def record_param(name, attr, p):
+        if p is not None and id(p) not in seen and hasattr(p, "numpy"):
+            st = get_param_stats(p)
+            st["name"] = name + ("-w" if attr == "weight" else "-b")
+            params.append(st)
+            seen.add(id(p))
+
     classes = _hooked_classes()
+    module_names = {}
     for name, m in model.named_modules():
+        module_names.setdefault(id(m), name)
         if isinstance(m, classes):
             hooks.append(m.register_forward_hook(functools.partial(hook, name=name)))
     try:
-        with set_module_mode_safe(model, training=False):
+        with set_module_mode_safe(model, training=False), \
+                _record_param_access(module_names, record_param if cal_params else None):
             model(*inputs)
     finally:
         for h in hooks:
