@@ -824,6 +824,79 @@ def test_excluded_block_feeding_the_trace(symbolic):
         check(fn(mge.tensor(a)), a + np.float32(10 * k))
 
 
+def test_excluded_block_cuts_the_trace(symbolic):
+    # (MegEngine's test_exclude_from_trace) the block replaces a value in some calls only: the
+    # op after it takes what it is given, in every call
+    flip = [False]
+
+    @trace(symbolic=symbolic)
+    def fn(x):
+        x = -x
+        with exclude_from_trace():
+            if flip[0]:
+                x = -x
+        return x * 3
+
+    x = mge.tensor([1.0, 2.0])
+    for k in range(6):
+        flip[0] = k % 2 == 1
+        want = [3.0, 6.0] if flip[0] else [-3.0, -6.0]
+        check(fn(x), np.array(want, "float32"))
+
+
+def test_excluded_block_reads_values_computed_before_it(symbolic):
+    # a symbolic recording runs its ops at the block's start (MegEngine raises ValueError)
+    seen = []
+
+    @trace(symbolic=symbolic)
+    def fn(x):
+        y = x + 1
+        with exclude_from_trace():
+            seen.append(y.numpy().tolist())
+        return y * 2
+
+    for k in range(3):
+        check(fn(mge.tensor([float(k)])), np.array([2.0 * (k + 1)], "float32"))
+    assert seen == [[1.0], [2.0], [3.0]]
+
+
+@pytest.mark.parametrize("normal, other, reason", [
+    ("a + b + c", "a + b - c", "operator mismatch"),
+    ("((a + b), (b + c))[0]", "a + b", "mismature end"),
+    ("a + b + c", "c + (a + b)", "expect internal node, got external"),
+    ("c + (a + b)", "a + b + c", "expect external node, got internal"),
+    ("a + b + c", "a + b + c + c", "too many instructions"),
+    ("((a + b), (b + c))[1]", "((a + b), (b + c))[0]", "data unreadable"),
+    ("((a + b), (b + c))[1] + a", "((a + b), (b + c))[0] + a", "input id mismatch"),
+])
+def test_divergence_messages_are_megengines(symbolic, normal, reason, other):
+    # str(e) is MegEngine's text; mge's account of the divergence is the exception's note
+    a, b, c = (mge.tensor(np.array(v, "int32")) for v in ([1, 2], [5, 6], [9, 0]))
+    use = [normal]
+
+    @trace(symbolic=symbolic)
+    def fn(a, b, c):
+        return eval(use[0])
+
+    for _ in range(2):
+        fn(a, b, c)
+    use[0] = other
+    with pytest.raises(TraceError) as info:
+        fn(a, b, c)
+    assert str(info.value) == f"trace error because {reason}"
+    assert info.value.__notes__ and "trace" in info.value.__notes__[0]
+    use[0] = normal  # the trace is still good
+    np.testing.assert_array_equal(fn(a, b, c).numpy(), eval(normal).numpy())
+
+
+def test_capture_as_const_refuses_other_arguments_with_megengines_message():
+    traced = trace(lambda a: a * 2, capture_as_const=True)
+    with pytest.raises(TypeError) as info:
+        traced(1)
+    assert str(info.value) == "Only support tensor type args when capture_as_const is enabled"
+    assert "argument 0 is a int" in info.value.__notes__[0]
+
+
 # -- 7. reading values during a replay ------------------------------------------------------------
 def test_reading_values_inside_a_replay():
     # (values read inside: symbolic=True cannot, tests/test_trace_symbolic.py)

@@ -281,6 +281,24 @@ def test_dump_preconditions():
     nothing(mge.tensor([1.0]))
     with pytest.raises(ValueError, match="without return values"):
         nothing.dump(io.BytesIO())
+    with pytest.raises(ValueError) as info:  # MegEngine's words
+        nothing.dump(io.BytesIO())
+    assert str(info.value) == ("the traced function without return values cannot be dumped, the "
+                               "traced function should return List[Tensor] or Dict[str, Tensor]")
+
+
+def test_training_mode_batch_norm_is_not_dumped():
+    # as MegEngine's trace.dump: a BatchNorm that updates its statistics is a RuntimeError
+    bn = M.BatchNorm2d(3)
+    traced = trace(lambda x: bn(x).sum(), symbolic=True, capture_as_const=True)
+    x = mge.tensor(np.random.default_rng(0).random((2, 3, 4, 4)).astype("float32"))
+    traced(x)
+    with pytest.raises(RuntimeError, match="BatchNorm in training mode.*model.eval"):
+        traced.dump(io.BytesIO())
+    bn.eval()
+    inference = trace(lambda x: bn(x).sum(), symbolic=True, capture_as_const=True)
+    inference(x)
+    inference.dump(io.BytesIO())
 
 
 def test_loaded_model_not_inside_a_trace():

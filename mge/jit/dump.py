@@ -431,11 +431,21 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
         if k not in _DUMP_IGNORED and not k.startswith("enable_"):
             raise TypeError(f"trace.dump() got an unexpected keyword argument {k!r}")
     rec, names, output_names, out_tree = dump_names(traced, arg_names, output_names)
+    _check_inference(rec)
     if fmt == "onnx":
         onnx_export.save_onnx(rec, file, names, output_names, user_info=user_info, **options)
         return
     save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
          append=append)
+
+
+def _check_inference(rec):
+    # MegEngine's trace.dump refuses a training-mode BatchNorm (its statistics updates)
+    for k in _needed_ops(rec, rec.outputs):
+        op = rec.ops[k][0]
+        if getattr(op, "fwd_mode", None) == "training" and type(op).__name__ == "BatchNorm":
+            raise RuntimeError(f"trace.dump: can not dump BatchNorm in training mode, maybe you "
+                               f"forget to do model.eval()? ({rec.describe(k)})")
 
 
 def dump_names(traced, arg_names=None, output_names=None):
@@ -447,8 +457,8 @@ def dump_names(traced, arg_names=None, output_names=None):
                          "traced function once (with inputs of the shapes to dump) first")
     rec = tr.recording
     if not rec.outputs:
-        raise ValueError("the traced function without return values cannot be dumped: it "
-                         "should return tensors (a tensor, or a tuple, list or dict of them)")
+        raise ValueError("the traced function without return values cannot be dumped, the "
+                         "traced function should return List[Tensor] or Dict[str, Tensor]")
     # arguments: positional tensors arg_<i> (or arg_names), keyword tensors by their keyword
     args_tree, kwargs_tree = tr.in_tree[1]
     n_pos = sum(1 for t in args_tree[1] if t == ("T",))
