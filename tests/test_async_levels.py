@@ -49,3 +49,31 @@ def test_async_level_1_syncs_only_for_unknown_shapes():
     assert vals._info.shape == (N - 4,)            # synced at dispatch
     np.testing.assert_array_equal(vals.numpy(), np.arange(4, N))
 
+
+
+def test_config_kernel_switches_and_override():
+    import mge.config as config
+    assert config.deterministic_kernel is False and config.benchmark_kernel is False
+    assert config._compute_mode == "default" and config.disable_memory_forwarding is False
+    with config._override(deterministic_kernel=True, benchmark_kernel=True, async_level=1,
+                          compute_mode="float32"):
+        assert config.deterministic_kernel and config.benchmark_kernel
+        assert config.async_level == 1 and config._compute_mode == "float32"
+    assert (config.deterministic_kernel, config.benchmark_kernel, config.async_level,
+            config._compute_mode) == (False, False, 2, "default")
+
+    @config._override(deterministic_kernel=True)
+    def inside():
+        return config.deterministic_kernel
+
+    assert inside() is True and config.deterministic_kernel is False
+    config.disable_memory_forwarding = True
+    try:
+        assert config.disable_memory_forwarding is True
+        assert mge.core.get_option("disable_memory_forwarding") == 1
+    finally:
+        config.disable_memory_forwarding = False
+    with pytest.raises(TypeError, match="deterministic_kernel must be a bool"):
+        config.deterministic_kernel = "yes"
+    with pytest.raises(ValueError, match="_compute_mode must be one of"):
+        config._compute_mode = "float64"

@@ -399,3 +399,72 @@ def test_elemwise_module_takes_megengine_mode_names():
     np.testing.assert_allclose(M.Elemwise("add")(ta, tb).numpy(), a + b, rtol=1e-6)
     with pytest.raises(ValueError, match="Elemwise: unknown method 'no_such_mode'"):
         M.Elemwise("no_such_mode")(ta)
+
+
+def _local_conv_ref(x, w, stride, pad, dil):
+    g, oh, ow, icg, kh, kw, ocg = w.shape
+    n = x.shape[0]
+    xp = np.pad(x, ((0, 0), (0, 0), (pad, pad), (pad, pad)))
+    out = np.zeros((n, g * ocg, oh, ow))
+    for gi in range(g):
+        for i in range(oh):
+            for j in range(ow):
+                patch = xp[:, gi * icg:(gi + 1) * icg,
+                           i * stride:i * stride + dil * (kh - 1) + 1:dil,
+                           j * stride:j * stride + dil * (kw - 1) + 1:dil]
+                out[:, gi * ocg:(gi + 1) * ocg, i, j] = np.einsum(
+                    "nckl,cklo->no", patch, w[gi, i, j])
+    return out
+
+
+@pytest.mark.parametrize("groups,stride,padding,dilation", [(1, 1, 0, 1), (2, 2, 1, 1),
+                                                            (1, 1, 1, 2)])
+def test_local_conv2d_against_numpy_and_its_grad(groups, stride, padding, dilation):
+    mge.random.seed(3)
+    m = M.LocalConv2d(4, 6, 7, 7, 3, stride=stride, padding=padding, dilation=dilation,
+                      groups=groups)
+    oh = (7 + 2 * padding - 3) // stride + 1
+    assert m.weight.shape == (groups, oh, oh, 4 // groups, 3, 3, 6 // groups) and m.bias is None
+    if dilation > 1:  # the weight's size ignores dilation: fewer real positions is an error
+        with pytest.raises(ValueError, match="LocalConv2d: a 9x9"):
+            m(mge.tensor(np.zeros((1, 4, 7, 7), "float32")))
+        return
+    x = np.random.RandomState(0).randn(2, 4, 7, 7).astype("float32")
+    ref = _local_conv_ref(x.astype(np.float64), m.weight.numpy().astype(np.float64), stride,
+                          padding, dilation)
+    tx = mge.tensor(x)
+    gm = GradManager().attach([m.weight, tx])
+    with gm:
+        y = m(tx)
+        gm.backward((y * y).sum())
+    np.testing.assert_allclose(y.numpy(), ref, rtol=1e-4, atol=1e-5)
+    # d(sum y^2)/dW = sum over n of 2*y * patch: check one kernel entry by finite difference
+    w = m.weight.numpy().astype(np.float64)
+    idx = (0, 1, 1, 0, 2, 1, 0)
+    eps = 1e-3
+    w2 = w.copy()
+    w2[idx] += eps
+    num = ((_local_conv_ref(x, w2, stride, padding, dilation) ** 2).sum()
+           - (ref ** 2).sum()) / eps
+    np.testing.assert_allclose(m.weight.grad.numpy()[idx], num, rtol=2e-2)
+    assert tx.grad.shape == x.shape
+    with pytest.raises(ValueError, match="conv_mode must be 'cross_correlation'"):
+        M.LocalConv2d(4, 6, 7, 7, 3, conv_mode="convolution")
+
+
+def test_batch_matmul_activation_and_quant_stubs():
+    mge.random.seed(0)
+    m = M.BatchMatMulActivation(2, 3, 4, nonlinear_mode="relu")
+    assert m.weight.shape == (2, 4, 3) and m.bias.shape == (4,)
+    m.bias._reset(mge.tensor(np.arange(4, dtype="float32")))
+    x = np.random.RandomState(1).randn(2, 3, 4).astype("float32")
+    ref = np.maximum(np.matmul(m.weight.numpy(), x) + np.arange(4), 0)
+    np.testing.assert_allclose(m(mge.tensor(x)).numpy(), ref, rtol=1e-5, atol=1e-6)
+    plain = M.BatchMatMulActivation(2, 3, 4, bias=False)
+    np.testing.assert_allclose(plain(mge.tensor(x)).numpy(), np.matmul(plain.weight.numpy(), x),
+                               rtol=1e-5, atol=1e-6)
+    assert "batch=2, in_features=3, out_features=4, bias=True" in repr(m)
+    with pytest.raises(ValueError, match="nonlinear_mode must be one of"):
+        M.BatchMatMulActivation(2, 3, 4, nonlinear_mode="tanh")
+    t = mge.tensor([1.0])
+    assert M.QuantStub()(t) is t and M.DequantStub()(t) is t

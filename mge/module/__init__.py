@@ -13,18 +13,19 @@ building a model reproducible); :mod:`mge.module.init` has the initialisers.
     >>> net(mge.tensor(np.zeros((2, 3, 8, 8), "float32"))).shape
     (2, 8, 1, 1)
 
-Not in mge (MegEngine 1.13 has them): the quantization modules (``QuantStub``, ``DequantStub``,
-``qat``/``quantized``; the float fused modules ``ConvBn2d``, ``LinearBn1d``... are here),
-``BatchMatMulActivation``, ``DeformableConv2d``, ``DeformablePSROIPooling``, ``LocalConv2d``,
-``RegionRestrictedConv``, ``SlidingWindow``/``SlidingWindowTranspose`` and MegEngine's vision
+Not in mge (MegEngine 1.13 has them): the quantization modules (``qat``/``quantized``; the float
+fused modules ``ConvBn2d``, ``LinearBn1d``... and the float ``QuantStub``/``DequantStub`` are
+here), ``DeformableConv2d``, ``DeformablePSROIPooling``, ``RegionRestrictedConv``, ``SlidingWindow``/``SlidingWindowTranspose`` and MegEngine's vision
 augmentation modules.  MegEngine 1.13 has no ``Flatten`` module (use
 :func:`mge.functional.flatten`) and no GRU.
 """
 from . import init  # noqa: F401
 from .activation import GELU, LeakyReLU, PReLU, ReLU, Sigmoid, SiLU, Softmax
+from .batch_matmul_activation import BatchMatMulActivation
 from .batchnorm import BatchNorm1d, BatchNorm2d, SyncBatchNorm
 from .conv import (
     Conv1d, Conv2d, Conv3d, ConvRelu2d, ConvTranspose2d, ConvTranspose3d, ConvTransposeRelu2d,
+    LocalConv2d,
 )
 from .conv_bn import ConvBn2d, ConvBnRelu2d
 from .conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d
@@ -37,6 +38,7 @@ from .misc import Concat, Elemwise, Pad, PixelShuffle
 from .module import Module
 from .multiheadattn import MultiHeadAttention
 from .normalization import GeneralNorm, GroupNorm, InstanceNorm, LayerNorm, LocalResponseNorm
+from .quant_dequant import DequantStub, QuantStub
 from .pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
 from .rnn import LSTM, RNN, LSTMCell, RNNCell
 from .sequential import Sequential
@@ -45,7 +47,7 @@ __all__ = [
     "Module", "Sequential", "Identity",
     "Linear", "LinearRelu",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d",
-    "ConvTransposeRelu2d",
+    "ConvTransposeRelu2d", "LocalConv2d", "BatchMatMulActivation",
     "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm",
     "LayerNorm", "GroupNorm", "InstanceNorm", "GeneralNorm", "LocalResponseNorm",
     "Dropout", "Embedding",
@@ -54,6 +56,6 @@ __all__ = [
     "Elemwise", "Concat", "Pad", "PixelShuffle",
     "ConvBn2d", "ConvBnRelu2d", "ConvTransposeBn2d", "ConvTransposeBnRelu2d", "LinearBn1d",
     "LinearBnRelu1d",
-    "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention",
+    "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention", "QuantStub", "DequantStub",
     "init",
 ]

@@ -1,5 +1,6 @@
 """Convolution modules: ``Conv1d``, ``Conv2d``, ``Conv3d``, ``ConvTranspose2d``,
-``ConvTranspose3d`` and the fused ``ConvRelu2d`` / ``ConvTransposeRelu2d``.
+``ConvTranspose3d``, the fused ``ConvRelu2d`` / ``ConvTransposeRelu2d`` and the locally connected
+``LocalConv2d``.
 
 Weights keep MegEngine's layouts (so state dicts load both ways): ``(O, I, *kernel)``, or
 ``(G, O/G, I/G, *kernel)`` with ``groups=G``; transposed convolutions swap ``O`` and ``I``.
@@ -17,7 +18,7 @@ from . import init
 from .module import Module
 
 __all__ = ["Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d",
-           "ConvTransposeRelu2d"]
+           "ConvTransposeRelu2d", "LocalConv2d"]
 
 _PADDING_MODES = ("zeros", "reflect", "replicate")
 
@@ -406,3 +407,78 @@ class ConvTransposeRelu2d(ConvTranspose2d):
 
     def forward(self, inp):
         return relu(self.calc_conv_transpose2d(inp, self.weight, self.bias))
+
+
+def _local_conv2d(inp, weight, stride, padding, dilation):
+    """The locally connected convolution, composed of differentiable ops: every output position
+    ``(oh, ow)`` has its own kernel ``weight[g, oh, ow]`` of shape ``(IC/G, KH, KW, OC/G)``.
+
+    ``inp`` is ``(N, IC, H, W)``, ``weight`` ``(G, OH, OW, IC/G, KH, KW, OC/G)`` (or the same
+    without ``G``); the output is ``(N, OC, OH, OW)``.
+    """
+    from ..functional import matmul, reshape, stack, transpose
+    if weight.ndim == 6:
+        weight = weight.reshape((1,) + tuple(weight.shape))
+    if inp.ndim != 4 or weight.ndim != 7:
+        raise ValueError(f"LocalConv2d: expected a 4-d input and a 6-d or 7-d weight, got "
+                         f"input {tuple(inp.shape)} and weight {tuple(weight.shape)}")
+    n, c, h, w = (int(s) for s in inp.shape)
+    g, oh, ow, icg, kh, kw, ocg = (int(s) for s in weight.shape)
+    if c != g * icg:
+        raise ValueError(f"LocalConv2d: the input has {c} channels, the weight "
+                         f"{tuple(weight.shape)} expects {g * icg}")
+    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
+    if ph or pw:
+        inp = pad(inp, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
+        h, w = h + 2 * ph, w + 2 * pw
+    if (h - dh * (kh - 1) - 1) // sh + 1 < oh or (w - dw * (kw - 1) - 1) // sw + 1 < ow:
+        raise ValueError(f"LocalConv2d: a {h}x{w} (padded) input has fewer output positions "
+                         f"than the weight's {oh}x{ow}")
+    # patches: one (N, C, OH, OW) slice per kernel offset -> (N, C, KH, KW, OH, OW)
+    taps = [inp[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh, j * dw:j * dw + sw * (ow - 1) + 1:sw]
+            for i in range(kh) for j in range(kw)]
+    patches = reshape(stack(taps, axis=2), (n, g, icg * kh * kw, oh * ow))
+    # (G*OH*OW, N, ICg*KH*KW) @ (G*OH*OW, ICg*KH*KW, OCg) -> (G*OH*OW, N, OCg)
+    patches = reshape(transpose(patches, (1, 3, 0, 2)), (g * oh * ow, n, icg * kh * kw))
+    kernels = reshape(weight, (g * oh * ow, icg * kh * kw, ocg))
+    out = matmul(patches, kernels)
+    out = transpose(reshape(out, (g, oh, ow, n, ocg)), (3, 0, 4, 1, 2))
+    return reshape(out, (n, g * ocg, oh, ow))
+
+
+class LocalConv2d(Conv2d):
+    r"""A locally connected layer: a 2D convolution whose kernel is different at every output
+    position (untied weights), over ``(N, C_in, input_height, input_width)`` input.
+
+    Args:
+        in_channels, out_channels: numbers of channels.
+        input_height, input_width: the input's spatial size (the weight has one kernel per
+            output position).
+        kernel_size, stride, padding, dilation, groups: as for :class:`Conv2d` (zero padding).
+        conv_mode: only ``"cross_correlation"``.
+
+    ``weight`` is ``(groups, out_height, out_width, in_channels // groups, kh, kw,
+    out_channels // groups)`` with ``out_height = (input_height + 2 * ph - kh) // sh + 1`` (the
+    weight's size ignores the dilation, as MegEngine's does); there is no bias.
+    """
+
+    def __init__(self, in_channels, out_channels, input_height, input_width, kernel_size,
+                 stride=1, padding=0, dilation=1, groups=1, conv_mode="cross_correlation",
+                 **kwargs):
+        self.input_height = input_height
+        self.input_width = input_width
+        if str(conv_mode).lower() != "cross_correlation":
+            raise ValueError(f"LocalConv2d: conv_mode must be 'cross_correlation', got "
+                             f"{conv_mode!r}")
+        super().__init__(in_channels, out_channels, kernel_size, stride, padding, dilation,
+                         groups, bias=False, conv_mode=conv_mode, **kwargs)
+
+    def _infer_weight_shape(self):
+        g = self.groups
+        oh = (self.input_height + self.padding[0] * 2 - self.kernel_size[0]) // self.stride[0] + 1
+        ow = (self.input_width + self.padding[1] * 2 - self.kernel_size[1]) // self.stride[1] + 1
+        return (g, oh, ow, self.in_channels // g, self.kernel_size[0], self.kernel_size[1],
+                self.out_channels // g)
+
+    def forward(self, inp):
+        return _local_conv2d(inp, self.weight, self.stride, self.padding, self.dilation)
