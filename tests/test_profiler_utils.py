@@ -156,3 +156,58 @@ def test_persistent_cache_file_and_memory(monkeypatch, tmp_path):
     assert PersistentCacheOnServer().get("t", "k") is None
     with pytest.raises(TypeError, match="str or bytes"):
         mem.put("t", "k", 3)
+
+
+def test_auto_naming_scopes_names_and_duplicates():
+    from types import SimpleNamespace
+
+    from mge.utils.naming import AutoNaming
+    AutoNaming.clear()
+    AutoNaming.push_scope("net")
+    AutoNaming.push_scope(None)
+    AutoNaming.push_scope("fc1")
+    assert AutoNaming.get_scope() == "net.fc1"
+    assert AutoNaming.gen_name(SimpleNamespace(c_name=None, _name="matmul")) == "net.fc1.matmul"
+    for _ in range(3):
+        AutoNaming.pop_scope()
+    assert AutoNaming.get_scope() == ""
+    AutoNaming.record_var_name(7, "x")
+    assert AutoNaming.get_var_name(7) == "x" and AutoNaming.get_var_name(7) is None
+    outs = [SimpleNamespace(name="add.0"), SimpleNamespace(name="add.1")]
+    a, b = SimpleNamespace(name="add", outputs=outs), SimpleNamespace(name="add", outputs=[outs[0]])
+    AutoNaming.record_opnode(a)
+    AutoNaming.record_opnode(b)
+    AutoNaming.remove_duplicate_names()
+    assert (a.name, b.name) == ("add[0]", "add[1]") and outs[1].name == "add[0].1"
+    AutoNaming.clear()
+
+
+def test_module_stats_receptive_field_rules_and_local_conv_flops():
+    from mge.utils import module_stats as ms
+    conv = M.Conv2d(2, 4, 3, groups=2)
+    x = mge.tensor(np.zeros((1, 2, 5, 5), "float32"))
+    y = conv(x)
+    assert ms.get_op_stats(conv, (x,), y)["flops_num"] == 4 * 3 * 3 * (1 * 9 + 1)
+    local = M.LocalConv2d(2, 4, 5, 5, 3)
+    assert ms.get_op_stats(local, (x,), local(x))["flops_num"] == 4 * 3 * 3 * (2 * 9)
+
+    class Shift(M.Module):
+        def forward(self, v):
+            return v
+
+    @ms.register_receptive_field(Shift)
+    def rf(module, inputs, outputs):
+        prev_rf, prev_stride = ms.preprocess_receptive_field(module, inputs, outputs)
+        return (prev_rf[0] + 2, prev_rf[1] + 2), prev_stride
+
+    try:
+        assert ms.get_op_stats(Shift(), (x,), x) is None  # disabled by default
+        ms.enable_receptive_field()
+        row = ms.get_op_stats(Shift(), (x,), x)
+        assert row["receptive_field"] == (3, 3) and row["stride"] == (1, 1)
+        assert "flops_num" not in row
+        assert ms.sum_op_stats([row])[0] == 0
+    finally:
+        ms.disable_receptive_field()
+        ms._calc_receptive_field_dict.pop(Shift)
+    assert ms.get_logger is mge.logger.get_logger
