@@ -25,16 +25,23 @@ __all__ = ["module_stats", "register_flops", "register_hook_module", "hook_modul
            "print_op_stats", "print_activations_stats", "print_summary", "get_dtype_bit",
            "flops_convNd", "flops_convNdTranspose", "flops_linear", "flops_norm", "flops_pool",
            "flops_adaptivePool", "flops_batchmatmul", "set_module_mode_safe",
-           "enable_receptive_field", "disable_receptive_field"]
+           "enable_receptive_field", "disable_receptive_field", "register_receptive_field",
+           "preprocess_receptive_field", "get_logger", "MegEngineLogFormatter", "Tensor"]
+
+from ..logger import MegEngineLogFormatter, get_logger  # noqa: E402,F401 (MegEngine's names)
+from ..tensor import Tensor  # noqa: E402,F401
 
 logger = logging.getLogger(__name__)
 
 _calc_flops_dict = {}
+_calc_receptive_field_dict = {}
 _receptive_field_enabled = False
 
 
 def enable_receptive_field():
-    """Accepted for MegEngine's code; mge does not compute receptive fields."""
+    """Let ``get_op_stats`` add ``receptive_field`` and ``stride`` to the rows of modules a
+    ``register_receptive_field`` rule covers (``module_stats`` itself turns it off, as
+    MegEngine's does)."""
     global _receptive_field_enabled
     _receptive_field_enabled = True
 
@@ -43,6 +50,28 @@ def disable_receptive_field():
     """See ``enable_receptive_field``."""
     global _receptive_field_enabled
     _receptive_field_enabled = False
+
+
+def register_receptive_field(*modules):
+    """Decorator: ``fn(module, inputs, outputs) -> (receptive_field, stride)`` for ``modules``
+    (read by ``get_op_stats`` while receptive fields are enabled)."""
+    def deco(fn):
+        for m in modules:
+            _calc_receptive_field_dict[m] = fn
+        return fn
+    return deco
+
+
+def preprocess_receptive_field(module, inputs, outputs):
+    """``(receptive_field, stride)`` the inputs bring: the largest ``_rf`` / ``_stride`` of the
+    modules that produced them (an input's ``owner``), ``(1, 1)`` for model inputs.  mge's
+    tensors do not record the module that produced them, so outside a graph that does, every
+    input counts as a model input."""
+    owners = [getattr(i, "owner", None) for i in inputs]
+    rfs = [getattr(o, "_rf", (1, 1)) for o in owners] or [(1, 1)]
+    strides = [getattr(o, "_stride", (1, 1)) for o in owners] or [(1, 1)]
+    return ((max(r[0] for r in rfs), max(r[1] for r in rfs)),
+            (max(t[0] for t in strides), max(t[1] for t in strides)))
 
 
 def get_dtype_bit(dtype_name):
@@ -69,11 +98,10 @@ def _shape(t):
 
 
 def flops_convNd(module, inputs, outputs):
-    """Flops of a convolution: one multiply-add per kernel element and output element."""
+    """Flops of a convolution: ``in_channels / groups * prod(kernel_size)`` multiply-adds (plus
+    one with a bias) per output element (MegEngine's formula; also for ``LocalConv2d``)."""
     bias = 1 if module.bias is not None else 0
-    w = module.weight.shape
-    # weight (groups, oc/g, ic/g, kh, kw) or (oc, ic/g, kh, kw)
-    per = int(np.prod(w[-3:])) if len(w) == 4 else int(np.prod(w[-3:]))
+    per = module.in_channels // module.groups * int(np.prod(module.kernel_size))
     return int(np.prod(_shape(outputs[0]))) * (per + bias)
 
 
@@ -257,15 +285,24 @@ def get_activation_stats(output, has_input=False):
 
 
 def get_op_stats(module, inputs, outputs):
-    """A counted module's row: input and output shapes and ``flops_num`` (``None`` when no rule
-    counts it)."""
+    """A counted module's row: input and output shapes, ``flops_num`` and, while receptive
+    fields are enabled, ``receptive_field`` and ``stride`` (``None`` when no rule covers the
+    module)."""
     if not isinstance(outputs, (tuple, list)):
         outputs = (outputs,)
+    row = {"input_shapes": [_shape(i) for i in inputs],
+           "output_shapes": [_shape(o) for o in outputs]}
     flops = _flops_of(module, inputs, outputs)
-    if flops is None:
-        return None
-    return {"input_shapes": [_shape(i) for i in inputs],
-            "output_shapes": [_shape(o) for o in outputs], "flops_num": int(flops)}
+    found = flops is not None
+    if found:
+        row["flops_num"] = int(flops)
+    if _receptive_field_enabled:
+        for cls, fn in _calc_receptive_field_dict.items():
+            if isinstance(module, cls):
+                row["receptive_field"], row["stride"] = fn(module, inputs, outputs)
+                found = True
+                break
+    return row if found else None
 
 
 def _bars(rows, key, bar_key, total, bar_length_max):
@@ -294,8 +331,10 @@ def sum_op_stats(flops, bar_length_max=20):
     """Total flops of the op rows (which gain cumulative flops, percentages and bars)."""
     total = 0
     for d in flops:
-        total += int(d["flops_num"])
+        total += int(d.get("flops_num", 0))
         d["flops_cum"] = sizeof_fmt(total, suffix="OPs")
+    for d in flops:
+        d.setdefault("flops_num", 0)
     _bars(flops, "flops_num", "bar", total, bar_length_max)
     for d in flops:
         d["flops"] = sizeof_fmt(d["flops_num"], suffix="OPs")
