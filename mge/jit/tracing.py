@@ -10,7 +10,6 @@ unless shapes are fixed (``symbolic_shape=False``), where they are a ``TraceErro
 """
 import contextlib
 import functools
-import json
 
 from .._core import _accel
 from .._core.channel import get_channel
@@ -342,9 +341,10 @@ class trace:
         return None if self._last is None else self._last.recording
 
     def get_profile(self):
-        """With ``profiling=True``: a JSON string of the replayed programs' kernel calls since
-        the first call -- per op name, the number of calls and the total and mean time in
-        milliseconds, slowest first (``None`` without ``profiling``, as in MegEngine)."""
+        """With ``profiling=True``: the compiled programs' kernel calls since the first call, as
+        a JSON-compatible dict (as MegEngine's): ``{"profiler": {"ops": [...]}}``, per op name
+        the number of calls and the total and mean time in milliseconds, slowest first
+        (``None`` without ``profiling``, as in MegEngine)."""
         if not self.profiling:
             return None
         total = {}
@@ -356,7 +356,7 @@ class trace:
         ops = [{"op": name, "calls": calls, "time_ms": seconds * 1e3,
                 "mean_ms": seconds * 1e3 / calls}
                for name, (calls, seconds) in sorted(total.items(), key=lambda kv: -kv[1][1])]
-        return json.dumps({"ops": ops})
+        return {"profiler": {"ops": ops}}
 
     def dump(self, file, arg_names=None, output_names=None, append=False, keep_var_name=1,
              keep_opr_name=False, keep_param_name=False, keep_opr_priority=False,
