@@ -487,12 +487,7 @@ class LazyRecorder(Recorder):
 
     def abort(self):
         """The function raised: what was recorded runs, so that its tensors have values."""
-        rec = self.recording
-        try:
-            ks = [k for k in range(len(rec.ops)) if k not in self.done]
-            self._run(ks, lambda v: True, ())
-        finally:
-            self.release()
+        self.finish()
 
     def discard(self):
         """``record_only``: nothing runs.  Tensors the function updated keep their values from

@@ -67,6 +67,20 @@ def _plugin():
     return get_plugin("trace")
 
 
+def _run_under(layer, function, args, kwargs):
+    # the call with ``layer`` on the stack's trace segment, as apply()'s hook for top-level
+    # calls and as the grad plugin's hook for backward passes
+    _plugin().stack.register(layer, "trace")
+    _dispatch.set_top_hook(layer)
+    _set_backward_hook(layer)
+    try:
+        return function(*args, **kwargs)
+    finally:
+        _set_backward_hook(None)
+        _dispatch.set_top_hook(None)
+        _plugin().stack.unregister(layer)
+
+
 def _set_backward_hook(layer):
     # the grad plugin tells a trace's layer about backward passes (None: it is switched off)
     try:
@@ -230,15 +244,7 @@ class trace:
         for t in tensors:
             rec.bind_arg(t)
         layer = self._layer = plugin.Recorder(rec)
-        plugin.stack.register(layer, "trace")
-        _dispatch.set_top_hook(layer)
-        _set_backward_hook(layer)
-        try:
-            outputs = self.__wrapped__(*args, **kwargs)
-        finally:
-            _set_backward_hook(None)
-            _dispatch.set_top_hook(None)
-            plugin.stack.unregister(layer)
+        outputs = _run_under(layer, self.__wrapped__, args, kwargs)
         out_tensors = []
         tr.out_tree = _flatten(outputs, out_tensors)
         rec.finish(out_tensors)
@@ -249,17 +255,9 @@ class trace:
         rec = tr.recording
         layer = self._layer = plugin.LazyRecorder(rec, tr.programs)
         layer.bind(tensors)
-        plugin.stack.register(layer, "trace")
         _channel.resolve = layer.resolve
-        _dispatch.set_top_hook(layer)
-        _set_backward_hook(layer)
         try:
-            try:
-                outputs = self.__wrapped__(*args, **kwargs)
-            finally:
-                _set_backward_hook(None)
-                _dispatch.set_top_hook(None)
-                plugin.stack.unregister(layer)
+            outputs = _run_under(layer, self.__wrapped__, args, kwargs)
             out_tensors = []
             tr.out_tree = _flatten(outputs, out_tensors)
             rec.finish(out_tensors)
@@ -283,17 +281,9 @@ class trace:
         layer = self._layer = plugin.Replayer(tr.recording, tr.programs, self.capture_as_const)
         layer.bind(tensors)
         layer.op_by_op = self.dtr_config is not None
-        plugin.stack.register(layer, "trace")
         _channel.resolve = layer.resolve
-        _dispatch.set_top_hook(layer)
-        _set_backward_hook(layer)
         try:
-            try:
-                outputs = self.__wrapped__(*args, **kwargs)
-            finally:
-                _set_backward_hook(None)
-                _dispatch.set_top_hook(None)
-                plugin.stack.unregister(layer)
+            outputs = _run_under(layer, self.__wrapped__, args, kwargs)
             self._check_outputs(tr, outputs)
             layer.check_complete()
         finally:
