@@ -243,8 +243,9 @@ def test_missing_lowbit_types_raise_clearly():
 
 
 def test_graph_modules_fail_clearly():
-    with pytest.raises(ImportError, match="MegBrain"):
-        import mge.core.tensor.megbrain_graph  # noqa: F401
+    import mge.core.tensor.megbrain_graph as G  # importable; building a graph is the error
+    with pytest.raises(NotImplementedError, match="MegBrain"):
+        G.Graph()
     import mge.core._imperative_rt as rt
     with pytest.raises(NotImplementedError, match="MegBrain"):
         rt.OperatorNodeConfig
@@ -270,3 +271,46 @@ def test_logger():
     Logger().set_log_level(orig)
     prev = logger.set_mgb_log_level(logging.ERROR)
     assert logger._imperative_rt_logger.set_log_level(prev) == Logger.LogLevel.Error
+
+
+def test_megbrain_graph_modules_import_and_refuse_to_build_graphs():
+    """``megbrain_graph``, ``comp_graph_tools``, ``network_node`` and ``network`` import (MegEngine
+    code and its test helpers do); their graph classes are classes no mge object is an instance
+    of, and using them raises ``NotImplementedError``."""
+    import mge.core.tensor.megbrain_graph as G
+    import mge.utils.comp_graph_tools as cgtools
+    from mge.utils import network, network_node
+
+    x = mge.tensor([1.0])
+    assert not isinstance(x, network_node.VarNode) and not isinstance(x, G.VarNode)
+    for make in (G.Graph, lambda: G.OutputNode(None), lambda: network_node.VarNode(None),
+                 network.Network, lambda: G.load_graph("x.mge"),
+                 lambda: cgtools.get_oprs_seq([]), lambda: cgtools.graph_traversal([])):
+        with pytest.raises(NotImplementedError, match="MegBrain"):
+            make()
+    assert network.set_symbolic_shape(network.set_symbolic_shape(False)) is False
+
+
+def test_graph_inference_runs_a_model_dumped_by_trace():
+    import io
+
+    import mge.utils.comp_graph_tools as cgtools
+    from mge.jit import trace
+
+    @trace(symbolic=True, capture_as_const=True)
+    def f(a, b):
+        return a * 2 + b
+
+    rng = np.random.default_rng(0)
+    a, b = rng.random((2, 3)).astype("float32"), rng.random((2, 3)).astype("float32")
+    f(mge.tensor(a), mge.tensor(b))
+    buf = io.BytesIO()
+    f.dump(buf)
+    buf.seek(0)
+    inf = cgtools.GraphInference(buf)
+    got = inf.run(inp_dict={"arg_0": a, "arg_1": b})
+    assert list(got) == ["output_0"]
+    np.testing.assert_allclose(got["output_0"], a * 2 + b, rtol=1e-6)
+    np.testing.assert_allclose(inf.run(a, b)["output_0"], a * 2 + b, rtol=1e-6)
+    with pytest.raises(AssertionError, match="expects inputs"):
+        inf.run(a)

@@ -88,3 +88,16 @@ def test_device_argument():
     assert F.arange(3, device="cpu0").device == x.device
     with pytest.raises(ValueError, match="invalid device name"):
         F.ones(2, device="tpu0")
+
+
+def test_eye_takes_a_shape_as_megengine_does():
+    """``eye`` takes ``N``, ``(N, M)``, ``N, M``, a 1-entry shape (square) or an integer tensor
+    shape, as MegEngine's does."""
+    for args, ref in [(([3],), np.eye(3)), (([2, 4],), np.eye(2, 4)), ((2, 4), np.eye(2, 4)),
+                      ((mge.tensor([3]),), np.eye(3)), ((mge.tensor([2, 3]),), np.eye(2, 3)),
+                      ((mge.tensor([[1.0, 2.0]]).shape,), np.eye(1, 2))]:
+        got = F.eye(*args, dtype="float32")
+        np.testing.assert_array_equal(got.numpy(), ref.astype("float32"))
+    assert F.eye([2], dtype=bool).dtype == np.bool_
+    with pytest.raises(ValueError, match="1 or 2 entries"):
+        F.eye([1, 2, 3])

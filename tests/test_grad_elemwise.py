@@ -17,7 +17,7 @@ import mge
 from gradcheck import case_id, check_dropped_output, check_vjp, rule_vjp
 from mge._core.device import as_device
 from mge._core.autodiff.registry import BACKWARD
-from mge._core.ops import Copy, Detach, Identity, TypeCvt
+from mge._core.ops import AssertEqual, Copy, Detach, Identity, TypeCvt
 from mge._core.autodiff.rules.elemwise import GRAD_MODES
 from mge._core.ops.elemwise import ELEMWISE_ARITY, ELEMWISE_MODES, elemwise_op
 from mge.core import apply
@@ -128,6 +128,8 @@ def _cases():
     cases.append((TypeCvt(np.dtype("float64")), [_x(-2, 2)]))
     cases.append((Identity(), [_x(-2, 2)]))
     cases.append((Copy(as_device("cpu1")), [_x(-2, 2)]))
+    # F.utils._assert_equal's op: the gradient of expect passes, actual and err get none
+    cases.append((AssertEqual(1e9, False), [_x(-2, 2), _x(-2, 2), np.array(0.0)]))
     return cases
 
 

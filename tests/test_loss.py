@@ -137,3 +137,9 @@ def test_hinge_loss(norm):
 def test_ctc_loss_not_implemented():
     with pytest.raises(NotImplementedError, match="ctc_loss"):
         F.loss.ctc_loss(None, None, None, None)
+
+
+def test_cross_entropy_takes_numpy_int64_labels():
+    data = mge.tensor([[0, 50], [0, -150]], dtype="float32")
+    np.testing.assert_allclose(F.nn.cross_entropy(data, np.array([1, 0])).numpy(), 0.0)
+    np.testing.assert_allclose(F.nn.cross_entropy(data, np.array([0, 1])).numpy(), 100.0)

@@ -373,3 +373,43 @@ def test_float16_sum_accumulates_in_float32():
     out = F.sum(t(x, "float16"))
     assert out.dtype == np.float16
     np.testing.assert_allclose(float(out.numpy()), float(x.astype(np.float64).sum()), rtol=1e-3)
+
+
+def test_reduce_repeated_axis_is_an_assertion_error_too():
+    """MegEngine asserts on a repeated or out-of-range axis; mge's ValueError is one too."""
+    x = t(np.arange(6, dtype="float32").reshape(2, 3))
+    for axis in [(-1, 1), (0, 2)]:
+        with pytest.raises(AssertionError, match="out of range or repeated"):
+            F.sum(x, axis=axis)
+        with pytest.raises(ValueError):
+            F.sum(x, axis=axis)
+    np.testing.assert_allclose(F.sum(x, axis=(-2, 1)).numpy(), 15.0)
+
+
+def test_check_non_finite_scales_in_place_and_flags():
+    rng = np.random.default_rng(0)
+    data = [rng.random((3, 4)).astype("float32") for _ in range(2)]
+    xs = [t(d) for d in data]
+    flag = F.math._check_non_finite(xs, 0.7)
+    assert flag.dtype == np.int32 and int(flag.item()) == 0
+    for x, d in zip(xs, data):
+        np.testing.assert_allclose(x.numpy(), d * np.float32(0.7), rtol=1e-6)
+    for bad in (np.inf, np.nan):
+        d = data[1].copy()
+        d[0, 0] = bad
+        assert int(F.math._check_non_finite([t(data[0]), t(d)], 0.7).item()) == 1
+
+
+def test_assert_equal_returns_expect_or_raises_runtime_error():
+    import mge
+
+    x = F.ones((2, 3))
+    out = F.utils._assert_equal(x, F.zeros((2, 3)) + 1.00001)
+    np.testing.assert_array_equal(out.numpy(), np.ones((2, 3), "float32"))
+    big = t(np.full((2, 3), 1000.0, "float32"))  # relative error 1e-5 on large values
+    F.utils._assert_equal(big, big * 1.00001)
+    with pytest.raises(RuntimeError, match="AssertEqual: the values differ"):
+        F.utils._assert_equal(x, F.zeros((2, 3)) + 1.1)
+    with pytest.raises(ValueError, match="same shape"):
+        F.utils._assert_equal(x, F.ones((2, 1)))
+    mge._full_sync()

@@ -342,3 +342,14 @@ def test_local_response_norm():
     np.testing.assert_allclose(y.numpy(), x / (2 + 0.1 * s) ** 0.75, rtol=1e-5, atol=1e-6)
     with pytest.raises(ValueError, match="local_response_norm: kernel_size must be a positive odd"):
         F.local_response_norm(T(x), 4)
+
+
+def test_batch_norm_without_running_stats_returns_the_output_alone():
+    """As in MegEngine: with nothing to update, ``inplace=False`` still returns one tensor."""
+    rng = np.random.default_rng(0)
+    x = rng.standard_normal((2, 3, 4, 4)).astype("float32")
+    out = F.batch_norm(mge.tensor(x), training=True, inplace=False)
+    assert isinstance(out, mge.Tensor)
+    mean = x.mean(axis=(0, 2, 3), keepdims=True)
+    var = x.var(axis=(0, 2, 3), keepdims=True)
+    np.testing.assert_allclose(out.numpy(), (x - mean) / np.sqrt(var + 1e-5), rtol=1e-4, atol=1e-5)

@@ -153,7 +153,7 @@ def test_split():
     check(parts[0], a)
     with pytest.raises(ValueError, match="cannot be split into 11 sections"):
         F.split(x, 11)
-    with pytest.raises(ValueError, match="invalid sections"):
+    with pytest.raises(ValueError, match="Invalid nsplits_or_secions"):
         F.split(x, [3, 1])
     with pytest.raises(ValueError, match="positive"):
         F.split(x, 0)
@@ -329,3 +329,21 @@ def test_transpose_reshape_broadcast_random(shape, dtype, data):
     check(F.broadcast_to(x, target), np.broadcast_to(a, target))
     check(F.expand_dims(x, 0), a[None])
     check(F.squeeze(F.expand_dims(x, -1), -1), a)
+
+
+def test_broadcast_error_is_a_value_error_and_a_runtime_error():
+    """A shape that cannot be broadcast: ``ValueError`` (numpy) and ``RuntimeError`` (MegEngine),
+    naming the op and shapes."""
+    x = F.ones((2, 1, 3))
+    for target in [(2, 3, 4), (4, 1, 3)]:
+        with pytest.raises(ValueError, match=r"Broadcast: cannot broadcast shape \(2, 1, 3\)"):
+            F.broadcast_to(x, target)
+        with pytest.raises(RuntimeError):
+            F.broadcast_to(x, target)
+
+
+def test_split_bad_sections_message_is_megengine_s():
+    x = mge.tensor(np.zeros((2, 5), "float32"))
+    with pytest.raises(ValueError) as e:
+        F.split(x, [3, 2, 5], axis=1)
+    assert str(e.value) == "Invalid nsplits_or_secions: [3, 2, 5]"

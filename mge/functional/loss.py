@@ -64,6 +64,12 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     With logits the log-probabilities come from a max-shifted log-softmax, so large logits do not
     overflow.
     """
+    from ..tensor import Tensor
+
+    if not isinstance(pred, Tensor):
+        pred = Tensor(pred)
+    if not isinstance(label, Tensor):  # numpy labels: int64 becomes int32, as mge.tensor does
+        label = Tensor(label)
     if pred.ndim != label.ndim + 1:
         raise ValueError(f"cross_entropy: label must have one dim less than pred; pred shape "
                          f"{pred.shape}, label shape {label.shape}")

@@ -325,3 +325,14 @@ def svd(inp, full_matrices=False, compute_uv=True):
     out = apply(SVD.get(bool(full_matrices), bool(compute_uv)), inp)
     return out if compute_uv else out[0]
 
+
+
+def _check_non_finite(inps, scale=1.0):
+    """MegEngine's ``F.math._check_non_finite``: multiply each tensor of ``inps`` by ``scale`` in
+    place and return an int32 0-d tensor, 1 when some tensor held a NaN or an infinity (the
+    ``CheckNonFinite`` op of ``mge.amp``)."""
+    from ..amp.check_non_finite import check_non_finite
+
+    if isinstance(inps, Tensor):
+        inps = [inps]
+    return check_non_finite(inps, scale)

@@ -264,7 +264,7 @@ def batch_norm(inp, running_mean=None, running_var=None, weight=None, bias=None,
     With ``training=True`` the batch statistics normalise the input and the running statistics
     become ``running * momentum + batch * (1 - momentum)`` (the unbiased batch variance for
     ``running_var``): in place (``Tensor._reset``) when ``inplace``, else returned as
-    ``(out, new_mean, new_var)``.  With ``training=False`` the running statistics are used and
+    ``(out, new_mean, new_var)`` (without running statistics, ``out`` alone).  With ``training=False`` the running statistics are used and
     must be given.  Parameters have shape ``(1, C, 1, 1)`` or ``(C,)``.
     """
     if inp.ndim < 2:
@@ -279,7 +279,7 @@ def batch_norm(inp, running_mean=None, running_var=None, weight=None, bias=None,
         return apply(BatchNorm("inference", eps), inp, weight, bias, running_mean, running_var)[0]
     out, mean, var = apply(BatchNorm("training", eps), inp, weight, bias)
     if running_mean is None and running_var is None:
-        return out if inplace else (out, None, None)
+        return out  # nothing to update: the output alone, inplace or not (as in MegEngine)
     n = inp.size // c
     new_mean = new_var = None
     if running_mean is not None:

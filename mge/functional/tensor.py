@@ -174,10 +174,13 @@ def eye(N, M=None, *, dtype="float32", device=None):
     Signature: ``eye(N, M=None, *, dtype="float32", device=None)``; ``N`` may also be a shape
     ``(N, M)``.
     """
-    if isinstance(N, (tuple, list)):
-        if len(N) != 2 or M is not None:
-            raise ValueError(f"eye: a shape must have 2 entries, got {N}")
-        N, M = N
+    if M is None and not isinstance(N, (int, np.integer)) and (
+            isinstance(N, (tuple, list)) or getattr(N, "ndim", 0) == 1):
+        # a shape, as in MegEngine: (N,) is square, (N, M); a 1-d integer tensor is read
+        shape = _shape(N, "eye")
+        if len(shape) not in (1, 2):
+            raise ValueError(f"eye: a shape must have 1 or 2 entries, got {tuple(shape)}")
+        N, M = shape[0], shape[-1]
     N = _int(N, "eye", "N")
     M = N if M is None else _int(M, "eye", "M")
     if N < 0 or M < 0:
@@ -379,8 +382,8 @@ def split(inp, nsplits_or_sections, axis=0):
         points = [_int(p, "split", "sections") for p in nsplits_or_sections]
         bounds = [0] + points + [size]
         if any(b < a for a, b in zip(bounds, bounds[1:])):
-            raise ValueError(f"split: invalid sections {list(nsplits_or_sections)}: indices must "
-                             f"be ascending within [0, {size}]")
+            # MegEngine's message (its spelling too)
+            raise ValueError(f"Invalid nsplits_or_secions: {list(nsplits_or_sections)}")
         sizes = tuple(b - a for a, b in zip(bounds, bounds[1:]))
     else:
         n = _int(nsplits_or_sections, "split", "nsplits_or_sections")

@@ -134,10 +134,15 @@ def normalize_axes(axis, ndim):
     return axes
 
 
+class ReduceAxisError(ValueError, AssertionError):
+    """An axis out of range or repeated: a ``ValueError``, and an ``AssertionError`` as MegEngine
+    raises (its axis normalization asserts)."""
+
+
 def _axes_or_raise(op, desc, axis):
     axes = normalize_axes(axis, len(desc[0]))
     if axes is None:
-        raise op_error(ValueError, op, f"axis {axis!r} is out of range or repeated for a "
+        raise op_error(ReduceAxisError, op, f"axis {axis!r} is out of range or repeated for a "
                        f"{len(desc[0])}-d input", [desc])
     return axes
 

@@ -188,6 +188,11 @@ def _infer_reshape(op, descs):
     return [TensorDesc(reshape_target(op, shape, op.shape, descs), dtype)]
 
 
+class BroadcastError(ValueError, RuntimeError):
+    """A shape that cannot be broadcast to the target: a ``ValueError`` as in numpy and a
+    ``RuntimeError`` as MegEngine raises (its shape assertion)."""
+
+
 @def_infer(Broadcast)
 def _infer_broadcast(op, descs):
     _nargs(op, descs, 1)
@@ -197,7 +202,8 @@ def _infer_broadcast(op, descs):
         ok = len(shape) <= len(target) and all(
             s == t or s == 1 for s, t in zip(shape[::-1], target[::-1]))
         if not ok or any(t < 0 for t in target):
-            raise op_error(ValueError, op, f"cannot broadcast shape {shape} to {target}", descs)
+            raise op_error(BroadcastError, op, f"cannot broadcast shape {shape} to {target}",
+                           descs)
     return [TensorDesc(target, dtype)]
 
 

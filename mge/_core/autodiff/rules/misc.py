@@ -1,5 +1,5 @@
-"""Backward rules of ``Identity``, ``Detach`` and ``Copy``."""
-from ...ops.misc import Copy, Detach, Identity
+"""Backward rules of ``Identity``, ``Detach``, ``Copy`` and ``AssertEqual``."""
+from ...ops.misc import AssertEqual, Copy, Detach, Identity
 from ..gradutil import run
 from ..registry import def_backward
 
@@ -24,3 +24,9 @@ def _copy_backward(op, inputs, outputs, grads, needs):
     if g.device == device:
         return [g]
     return [run(Copy.get(device), g)]
+
+
+@def_backward(AssertEqual)
+def _assert_equal_backward(op, inputs, outputs, grads, needs):
+    # the output is ``expect``: its gradient is the output's; the check passes nothing back
+    return [grads[0] if needs[0] else None, None, None]

@@ -1,0 +1,29 @@
+"""``megengine.functional.utils``: ``_assert_equal``, a traceable equality check."""
+from .._core.channel import get_channel
+from .._core.ops.misc import AssertEqual
+from ..core import apply
+from ..tensor import Tensor
+
+__all__ = []
+
+
+def _assert_equal(expect, actual, *, maxerr=0.0001, verbose=False):
+    """Check that ``actual`` equals ``expect`` and return ``expect`` (MegEngine's
+    ``F.utils._assert_equal``).
+
+    The error is ``max(|expect - actual| / max(min(|expect|, |actual|), 1))`` -- the smaller of
+    the absolute and relative errors -- and must be at most ``maxerr``, or a ``RuntimeError``
+    (:class:`mge._core.ops.misc.AssertEqualError`) is raised.  It is an op, so it also runs
+    inside ``mge.jit.trace`` programs; the call waits for the check (as MegEngine's syncs).
+    """
+    from . import elemwise as E
+
+    if not isinstance(expect, Tensor):
+        expect = Tensor(expect)
+    if not isinstance(actual, Tensor):
+        actual = Tensor(actual)
+    one = Tensor(1.0, dtype="float32", device=expect.device)
+    err = (E.abs(expect - actual) / E.maximum(E.minimum(E.abs(expect), E.abs(actual)), one)).max()
+    result = apply(AssertEqual(float(maxerr), bool(verbose)), expect, actual, err)[0]
+    get_channel().sync()  # the check has run: its error is raised here
+    return result
