@@ -29,7 +29,12 @@ def _valid_device(name):
 def _reduce_tensor(t):
     # The value is copied out of the channel (waits for it); the device is kept by name so that
     # map_location can rewrite it at load time.
-    return (_rebuild_tensor, (type(t), np.array(t.numpy()), t.dtype.name, str(t.device), t.name))
+    # A quantized dtype travels whole (its metadata holds the scale); the state is MegEngine's
+    # ``__getstate__`` (the quantization parameters, when set).
+    dtype = t.dtype if t.dtype.metadata else t.dtype.name
+    args = (type(t), np.array(t.numpy()), dtype, str(t.device), t.name)
+    state = t.__getstate__()
+    return (_rebuild_tensor, args, state) if state else (_rebuild_tensor, args)
 
 
 def _rebuild_tensor(cls, value, dtype, device, name):
@@ -40,6 +45,31 @@ def _rebuild_tensor(cls, value, dtype, device, name):
 
 copyreg.pickle(Tensor, _reduce_tensor)
 copyreg.pickle(Parameter, _reduce_tensor)
+
+
+def _legacy_class(cls):
+    class Legacy:
+        """MegEngine pickles a tensor as ``cls.__new__(cls, value, dtype, device, ...)`` and its
+        state (``__getnewargs__``/``__getstate__``); this builds the mge tensor from those."""
+
+        def __new__(_, value, dtype=None, device=None, *rest):
+            if _map_locations:
+                device = _map_locations[-1](device)
+            return cls(value, dtype=dtype, device=device)
+    Legacy.__name__ = cls.__name__
+    return Legacy
+
+
+_LEGACY = {"Tensor": _legacy_class(Tensor), "Parameter": _legacy_class(Parameter)}
+
+
+class _Unpickler(pickle.Unpickler):
+    # MegEngine's own pickles (mge.save's name its rebuild function instead) name the tensor
+    # class of ``megengine.tensor``.
+    def find_class(self, module, name):
+        if module in ("megengine.tensor", "mge.tensor") and name in _LEGACY:
+            return _LEGACY[name]
+        return super().find_class(module, name)
 
 
 class _MaxRecursionLimit:
@@ -148,6 +178,8 @@ def load(f, map_location=None, pickle_module=pickle):
     _map_locations.append(map_location)
     try:
         with _MaxRecursionLimit():
+            if pickle_module is pickle:
+                return _Unpickler(f).load()
             return pickle_module.load(f)
     finally:
         _map_locations.pop()

@@ -130,7 +130,44 @@ def __trunc__(self):
     return math.trunc(self.item())
 
 
+def __getnewargs__(self):
+    """MegEngine's constructor arguments of a copy: ``(value, dtype, device's logical name,
+    is_const, no_cache, name, format)``."""
+    return (self.numpy(), self.dtype, self.device.logical_name, False, False, None, self.format)
+
+
+def __getstate__(self):
+    """MegEngine's pickled state: ``{"qparams": ...}`` when quantization parameters are set."""
+    state = {}
+    q = self.__dict__.get("_qparams")
+    if q is not None:
+        state["qparams"] = q
+    return state
+
+
+def __setstate__(self, state):
+    state = dict(state)
+    if "data" in state:  # MegEngine's pickles from before its fast core
+        data, device, dtype = state.pop("data"), state.pop("device"), state.pop("dtype")
+        from .serialization import _map_locations
+        if _map_locations:
+            device = _map_locations[-1](device)
+        if getattr(self, "_info", None) is None:  # made by __new__ alone: unpickled
+            type(self).__init__(self, data, dtype=dtype, device=device)
+        else:
+            self._reset(Tensor(data, dtype=dtype, device=device))
+    if "qdict" in state:
+        warnings.warn("Tensor's 'qdict' state is depreciated. Use 'qparams' instead")
+        state.pop("qdict")
+    elif "qparams" in state:
+        self.__dict__["_qparams"] = state.pop("qparams")
+    self.__dict__.update(state)
+
+
 _MEMBERS = {
+    "__getnewargs__": __getnewargs__,
+    "__getstate__": __getstate__,
+    "__setstate__": __setstate__,
     "_tuple_shape": property(_tuple_shape, doc=_tuple_shape.__doc__),
     "_isscalar": _isscalar,
     "_dev_tensor": _dev_tensor,

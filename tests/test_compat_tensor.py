@@ -69,3 +69,55 @@ def test_requires_grad_reserved():
         x.requires_grad
     with pytest.raises(AttributeError):
         x.requires_grad = True
+
+
+def test_astype_between_quantized_scales():
+    from mge.core.tensor.dtype import get_scale, qint8
+    x = mge.tensor(np.array([1, 2, 3], dtype=np.float32))
+    y = x.astype(qint8(0.1))
+    z = y.astype(qint8(0.2))
+    assert get_scale(y.dtype) == pytest.approx(0.1) and get_scale(z.dtype) == pytest.approx(0.2)
+    assert y.astype(qint8(0.1)) is y
+
+
+def test_getnewargs_getstate_and_copies_share_qparams():
+    import copy
+    x = mge.tensor([1, 2, 3], dtype=np.float32)
+    args = x.__getnewargs__()
+    assert np.all(args[0] == x.numpy()) and args[1] == x.dtype and args[2] == x.device.logical_name
+    assert x.__getstate__() == {}
+    x.qparams.scale = mge.tensor(1.0)
+    assert list(x.__getstate__()) == ["qparams"]
+    x2 = copy.copy(x)
+    assert x2.qparams is x.qparams
+    x3 = copy.deepcopy(x)
+    assert x3.qparams is not x.qparams and x3.qparams.scale.numpy() == 1.0
+
+
+def test_none_operand_message():
+    with pytest.raises(TypeError, match="^the operand is None and is not supported.$"):
+        mge.tensor(1.0) + None
+    with pytest.raises(TypeError, match="the operand is None"):
+        None * mge.tensor(1.0)
+
+
+def test_builtin_op_parameters_settable():
+    from mge.core._imperative_rt.core2 import apply
+    from mge.core.ops.builtin import Elemwise, ParamPackSplit
+    op = Elemwise(Elemwise.Mode.ADD)
+    op.mode = "mul"
+    assert op.mode == Elemwise.Mode.MUL and op == Elemwise(Elemwise.Mode.MUL)
+    (y,) = apply(op, mge.tensor([2.0]), mge.tensor([3.0]))
+    assert y.numpy()[0] == 6.0
+    p = ParamPackSplit()
+    p.offsets = [0, 1]
+    assert p.offsets == [0, 1]
+    with pytest.raises(AttributeError):
+        op.no_such_param = 1
+
+
+def test_make_backward_graph_is_megbrain_only():
+    from mge.core._imperative_rt import TensorAttr, imperative
+    from mge.core.ops.builtin import Elemwise
+    with pytest.raises(NotImplementedError, match="MegBrain"):
+        imperative.make_backward_graph(Elemwise(Elemwise.Mode.RELU), [TensorAttr()], [True], [True])

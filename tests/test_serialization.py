@@ -136,3 +136,51 @@ def test_plain_pickle_and_deepcopy_use_the_same_rule():
     d = copy.deepcopy({"p": p})
     assert type(d["p"]) is mge.Parameter and d["p"] is not p
     np.testing.assert_array_equal(d["p"].numpy(), [1.0, 2.0])
+
+
+def test_qparams_and_quantized_dtype_survive_save_load():
+    import io
+    from mge.core.tensor.dtype import get_scale, qint8
+    a = mge.tensor(0)
+    a.qparams.scale = mge.tensor(1.0)
+    q = mge.tensor(np.array([1.0, 2.0], np.float32)).astype(qint8(0.25))
+    buf = io.BytesIO()
+    mge.save([a, q], buf)
+    buf.seek(0)
+    b, q2 = mge.load(buf)
+    assert b.qparams.scale.numpy() == 1.0
+    assert get_scale(q2.dtype) == pytest.approx(0.25)
+
+
+def test_load_megengine_pickle_of_a_tensor():
+    # MegEngine pickles Tensor.__new__(Tensor, value, dtype, device, ...) plus its state
+    import io
+    import pickle
+
+    class Tensor:  # stands for megengine.tensor.Tensor when the pickle is written
+        def __reduce_ex__(self, proto):
+            import copyreg
+            return (copyreg.__newobj__, (Tensor, np.array([1, 2, 3], np.int8), np.dtype("int8"),
+                                         "cpu0:0", False, False, None, "default"),
+                    {"qdict": {"mode": None, "scale": None, "zero_point": None}})
+    Tensor.__module__ = "megengine.tensor"
+    Tensor.__qualname__ = "Tensor"
+    import sys
+    import types
+    fake = types.ModuleType("megengine.tensor")
+    fake.Tensor = Tensor
+    saved = {k: sys.modules.get(k) for k in ("megengine", "megengine.tensor")}
+    sys.modules["megengine"] = types.ModuleType("megengine")
+    sys.modules["megengine.tensor"] = fake
+    try:
+        data = pickle.dumps(Tensor(), protocol=4)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del sys.modules[k]
+            else:
+                sys.modules[k] = v
+    with pytest.warns(UserWarning, match="qdict"):
+        t = mge.load(io.BytesIO(data))
+    assert isinstance(t, mge.Tensor) and t.dtype == np.int8
+    assert t.device.logical_name == "cpu0:0" and t.numpy().tolist() == [1, 2, 3]

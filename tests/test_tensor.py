@@ -111,7 +111,13 @@ def test_astype_detach_to():
     assert y.device == "cpu0" and str(y.device) == "cpu0:0"
     c = Tensor(x)
     np.testing.assert_array_equal(c.numpy(), x.numpy())
-    assert Tensor(x, dtype="int32").dtype == np.int32
+    # as in MegEngine, Tensor(tensor, ...) does not convert: dtype and device must match
+    assert Tensor(x, dtype="float32").dtype == np.float32
+    with pytest.raises(RuntimeError, match="dtype mismatch"):
+        Tensor(x, dtype="int32")
+    with pytest.raises(RuntimeError, match="device mismatch"):
+        Tensor(x.to("cpu0:2"), device="cpu0:1")
+    assert Tensor(x.to("cpu0:2")).device == x.to("cpu0:2").device
 
 
 BINARY = [operator.add, operator.sub, operator.mul, operator.truediv, operator.floordiv,

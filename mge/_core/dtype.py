@@ -48,10 +48,13 @@ def storable(d):
 
 def canonical(dtype):
     """Turn a user's dtype argument (``"float32"``, ``np.int32``, ``np.dtype``) into a numpy dtype."""
-    try:
-        return _cache[dtype]
-    except (KeyError, TypeError):
-        pass
+    # A dtype with metadata (quantized: ``qint8(0.1)``) equals and hashes as its plain dtype, so
+    # it never goes through the cache.
+    if getattr(dtype, "metadata", None) is None:
+        try:
+            return _cache[dtype]
+        except (KeyError, TypeError):
+            pass
     try:
         d = np.dtype(dtype)
     except TypeError as e:
@@ -60,10 +63,11 @@ def canonical(dtype):
         d = d.newbyteorder("=")  # ">f4" asks for float32 values: tensors are native-endian
     if d.kind not in "biuf" or d.itemsize > 8:
         raise TypeError(f"unsupported dtype {d}: {_KINDS}")
-    try:
-        _cache[dtype] = d
-    except TypeError:
-        pass
+    if d.metadata is None:
+        try:
+            _cache[dtype] = d
+        except TypeError:
+            pass
     return d
 
 
@@ -172,6 +176,8 @@ def promote_args(tensor_dtypes, others, name="apply"):
             has_int = True
         elif isinstance(v, float):
             has_float = True
+        elif v is None:
+            raise TypeError("the operand is None and is not supported.")  # MegEngine's words
         else:
             try:
                 a = np.asarray(v)

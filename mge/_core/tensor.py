@@ -78,9 +78,14 @@ class Tensor:
 
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None):
         if isinstance(data, Tensor):
-            src = data if dtype is None else data.astype(dtype)
+            # As in MegEngine, Tensor(t, dtype=..., device=...) does not convert: they must match.
+            src = data
+            if dtype is not None and canonical(dtype) != src._info.dtype:
+                raise RuntimeError(f"Tensor(tensor, dtype=...): dtype mismatch: {canonical(dtype)} "
+                                   f"vs {src._info.dtype} (use tensor.astype to convert)")
             if device is not None and as_device(device) != src.device:
-                src = src.to(device)
+                raise RuntimeError(f"Tensor(tensor, device=...): device mismatch: "
+                                   f"{as_device(device)} vs {src.device} (use tensor.to to copy)")
             # Identity, not Detach: as in MegEngine, Tensor(x) keeps x's gradient history.  The
             # state transformations keep on the temporary (its instance dict) moves with it.
             tmp = apply(_IDENTITY, src)[0]
@@ -247,13 +252,20 @@ class Tensor:
         return str(self)
 
     def __reduce__(self):
-        return (_rebuild, (type(self), np.asarray(self.numpy()), self.dtype, str(self.device), self.name))
+        # the state (MegEngine's ``__getstate__``: the quantization parameters, when set) is
+        # shared by copy.copy and copied by copy.deepcopy and pickle
+        args = (type(self), np.asarray(self.numpy()), self.dtype, str(self.device), self.name)
+        q = self.__dict__.get("_qparams")
+        if q is not None:
+            return (_rebuild, args, {"qparams": q})
+        return (_rebuild, args)
 
     # -- conversions ---------------------------------------------------------------------------
     def astype(self, dtype):
         """A copy converted to ``dtype``."""
         dtype = canonical(dtype)
-        if dtype == self._info.dtype:
+        mine = self._info.dtype
+        if dtype == mine and dtype.metadata == mine.metadata:  # (qint8(0.1) != qint8(0.2))
             return self
         return apply(TypeCvt(dtype), self)[0]
 
