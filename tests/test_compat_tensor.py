@@ -121,3 +121,23 @@ def test_make_backward_graph_is_megbrain_only():
     from mge.core.ops.builtin import Elemwise
     with pytest.raises(NotImplementedError, match="MegBrain"):
         imperative.make_backward_graph(Elemwise(Elemwise.Mode.RELU), [TensorAttr()], [True], [True])
+
+
+def test_astype_quantizes_and_dequantizes():
+    from mge.core.tensor import dtype as D
+    rng = np.random.RandomState(5)
+    data = (rng.random_sample((3, 4)) * 5 - 1).astype(np.float32)
+    for name, dt in (("qint8", D.qint8(0.01)), ("quint8", D.quint8(0.01, 135)),
+                     ("qint4", D.qint4(0.01)), ("quint4", D.quint4(0.01, 5)), ("qint1", D.qint1(0.01))):
+        to = getattr(D, "convert_to_" + name)
+        frm = getattr(D, "convert_from_" + name)
+        q = mge.tensor(data).astype(dt)
+        assert q.dtype.metadata == dt.metadata
+        np.testing.assert_array_equal(q.numpy(), to(data, dt))
+        f = mge.tensor(to(data, dt), dtype=dt).astype("float32")
+        assert f.dtype == np.float32 and not f.dtype.metadata
+        np.testing.assert_allclose(f.numpy(), frm(to(data, dt)), rtol=1e-6)
+    # between scales: requantized, ties rounded away from zero (MegEngine's TypeCvt)
+    q1 = mge.tensor(np.array([0.1, 0.3, -0.1, 0.25, 0.35, -0.25], np.float32)).astype(D.qint8(0.1))
+    np.testing.assert_array_equal(q1.numpy(), [1, 3, -1, 3, 4, -3])
+    np.testing.assert_array_equal(q1.astype(D.qint8(0.2)).numpy(), [1, 2, -1, 2, 2, -2])

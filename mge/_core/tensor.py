@@ -265,7 +265,12 @@ class Tensor:
         """A copy converted to ``dtype``."""
         dtype = canonical(dtype)
         mine = self._info.dtype
-        if dtype == mine and dtype.metadata == mine.metadata:  # (qint8(0.1) != qint8(0.2))
+        if dtype.metadata is not None or mine.metadata is not None:  # quantized: rescales
+            if dtype == mine and dtype.metadata == mine.metadata:
+                return self
+            from ..core.tensor.dtype import _typecvt_quantized
+            return _typecvt_quantized(self, dtype)
+        if dtype == mine:
             return self
         return apply(TypeCvt(dtype), self)[0]
 
