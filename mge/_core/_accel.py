@@ -14,6 +14,7 @@ HOT_MODULES = (
     "mge._core.channel.command_buffer",
     "mge._core.channel.caller_lock",
     "mge._core.device.memory",
+    "mge._core.profile_recorder",
     "mge._core.device.cpu.handoff",
     "mge._core.device.cpu.device",
     "mge._core.dtr",
