@@ -31,7 +31,7 @@ from mge.optimizer.sgd import SGDUpdate
 from test_grad_second_order import _case_modules
 
 # Ops with a kernel and no backward rule: none of their inputs ever needs a gradient.
-from mge.jit.program import TracedProgram  # noqa: E402
+from mge.jit.program import MatrixMulPair, TracedProgram  # noqa: E402
 
 NO_RULE = {
     # An integer index tensor in, a one-hot tensor out: nothing to differentiate.
@@ -42,8 +42,8 @@ NO_RULE = {
     # The grad scaler's unscale-and-check of the gradients themselves (``GradScaler.unscale``).
     CheckNonFinite,
     # A replaying trace's compiled program runs below the grad segment (the ops it replays were
-    # recorded, backward included): no GradManager ever sees it.
-    TracedProgram,
+    # recorded, backward included): no GradManager ever sees it.  Nor its paired products.
+    TracedProgram, MatrixMulPair,
 }
 
 # Ops with a rule that no CASES list holds, and where that rule is tested instead.

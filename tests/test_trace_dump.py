@@ -606,3 +606,24 @@ def test_cli(tmp_path):
     assert r.returncode == 1 and "not an mge model file" in r.stderr
     r = _cli("--help")
     assert r.returncode == 0 and "--input" in r.stdout and "--output" in r.stdout
+
+
+def test_dump_returns_what_it_wrote(tmp_path):
+    # MegEngine's CompGraphDumpResult fields: op count, bytes, constants' bytes, hash, names
+    import hashlib
+
+    from mge.jit import trace
+    w = mge.tensor(np.arange(6, dtype="float32").reshape(2, 3))
+
+    @trace(capture_as_const=True)
+    def f(x):
+        return mge.functional.matmul(x, w) + 1
+
+    f(mge.tensor(np.ones((4, 2), "float32")))
+    path = tmp_path / "m.mge"
+    info = f.dump(str(path), arg_names=["data"], output_names=["y"])
+    data = path.read_bytes()
+    assert info.nr_opr == 2 and info.tot_bytes == len(data)
+    assert info.content_hash == hashlib.sha256(data).hexdigest()
+    assert info.inputs == ["data"] and info.outputs == ["y"] and len(info.params) == 2
+    assert 0 < info.tensor_value_bytes < info.tot_bytes

@@ -43,6 +43,7 @@ A file that is not such an archive, is truncated or corrupt, or was written by a
 version gives a :class:`ModelFileError` (a ``ValueError``) naming the file and the problem.
 """
 import collections
+import hashlib
 import importlib
 import io
 import json
@@ -64,8 +65,15 @@ from .._core.plugins import stack
 from ..tensor import Tensor
 from .program import compile_program
 
-__all__ = ["save", "load", "LoadedModel", "ModelInput", "ModelFileError", "FORMAT_NAME",
-           "FORMAT_VERSION"]
+__all__ = ["save", "load", "LoadedModel", "ModelInput", "ModelFileError", "DumpResult",
+           "FORMAT_NAME", "FORMAT_VERSION"]
+
+#: What ``save`` (and ``trace.dump``) return, with the fields of MegEngine's
+#: ``CompGraphDumpResult``: the number of ops, the file's bytes, the constants' bytes, a content
+#: hash (SHA-256 of the bytes written), the input and output names, and the constants' entries.
+DumpResult = collections.namedtuple(
+    "DumpResult", ["nr_opr", "tot_bytes", "tensor_value_bytes", "content_hash", "inputs",
+                   "outputs", "params"])
 
 #: The ``"format"`` of ``graph.json``.
 FORMAT_NAME = "mge-model"
@@ -285,7 +293,8 @@ def _check_names(names, n, what):
 
 def save(recording, file, arg_names=None, output_names=None, *, output_tree=None,
          user_info=None, append=False):
-    """Write ``recording`` (a ``trace`` plugin ``Recording``) as a model file.
+    """Write ``recording`` (a ``trace`` plugin ``Recording``) as a model file; returns a
+    :data:`DumpResult`.
 
     Args:
         recording: a finished recording (``trace.recording``), normally of a trace with
@@ -399,6 +408,9 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
             f.write(data)
     else:
         file.write(data)
+    return DumpResult(len(ops), len(data), sum(len(b) for b in entries.values()),
+                      hashlib.sha256(data).hexdigest(), list(arg_names), list(output_names),
+                      [c["entry"] for c in constants])
 
 
 _DUMP_IGNORED = frozenset({"no_assert", "maxerr", "resize_input", "input_transform", "dump_format",
@@ -434,9 +446,9 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     _check_inference(rec)
     if fmt == "onnx":
         onnx_export.save_onnx(rec, file, names, output_names, user_info=user_info, **options)
-        return
-    save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
-         append=append)
+        return None
+    return save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
+                append=append)
 
 
 def _check_inference(rec):

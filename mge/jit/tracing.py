@@ -353,7 +353,10 @@ class trace:
              no_change_graph=False, strip_info_file=None, append_json=False,
              optimize_for_inference=False, user_info=None, enable_metadata=True,
              input_data=None, repeat=1, silent=False, **kwargs):
-        """Save the last call's recording as an mge model file, for ``mge.jit.load``.
+        """Save the last call's recording as an mge model file, for ``mge.jit.load``; returns
+        a ``mge.jit.dump.DumpResult`` (MegEngine's ``CompGraphDumpResult`` fields: op count,
+        bytes, constants' bytes, content hash, input, output and constant names).  With
+        ``format="onnx"`` it writes an ONNX model instead (``mge.jit.export_onnx``; returns None).
 
         MegEngine's ``trace.dump``; the file is mge's own format (``mge/jit/dump.py``: a zip of
         ``graph.json`` and the captured values), not MegEngine's.  It holds the ops the outputs
@@ -385,8 +388,8 @@ class trace:
         """
         if not self.capture_as_const:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
-        dump_trace(self, file, arg_names, output_names, append=append,
-                   user_info=user_info if enable_metadata else None, ignored=kwargs)
+        return dump_trace(self, file, arg_names, output_names, append=append,
+                          user_info=user_info if enable_metadata else None, ignored=kwargs)
 
 
 _DTR_OPTIONS = ("enable_dtr_auto_drop", "enable_drop", "record_computing_path",
