@@ -328,16 +328,26 @@ def test_nested_managers_give_second_order_gradients():
     close(x.grad, [6.0, 12.0, 18.0])
 
 
-def test_inner_manager_records_the_outer_managers_backward():
+def test_inner_manager_does_not_record_the_outer_managers_backward():
+    # MegEngine 1.13 (its test_grad_manager_visibility_by_order): a manager entered later does not
+    # see the backward of one entered before it; the earlier one records the later one's
     x = t([1.0, 2.0])
     outer, inner = GradManager().attach(x), GradManager().attach(x)
     with outer:
         with inner:
             y = (x * x * x).sum()
-            outer.backward(y)          # inner records this backward pass
+            outer.backward(y)          # inner does not record this backward pass
             g = x.grad
             x.grad = None
             inner.backward(g.sum())
+    assert x.grad is None
+    with outer:
+        with inner:
+            y = (x * x * x).sum()
+            inner.backward(y)          # outer records this one: second order
+            g = x.grad
+            x.grad = None
+            outer.backward(g.sum())
     close(x.grad, [6.0, 12.0])
 
 

@@ -139,8 +139,9 @@ class Stack:
 
         The grad transformation runs its backward rules' ops through this: the layers above the
         ``grad`` segment (dtype promotion, dim expansion) are not walked again, the running key's
-        own layer does not see them, and every other key of the segment -- older or newer --
-        records them (higher-order gradients).  Cached until the stack changes.
+        own layer does not see them, and the keys entered after it (above it) do not either
+        -- as in MegEngine, an inner recording does not see an outer one's backward -- while the
+        keys entered before it record them (higher-order gradients).  Cached until the stack changes.
         """
         key = (id(t), segment)
         nxt = self._below.get(key)
@@ -152,7 +153,13 @@ class Stack:
                     started = True
                 if started:
                     for w in ("before", "at", "after"):
-                        layers.extend(x for x in self._slots[(s, w)] if x is not t)
+                        slot = self._slots[(s, w)]
+                        if s == segment and w == "at":
+                            for i, x in enumerate(slot):  # newest first: skip t and newer
+                                if x is t:
+                                    slot = slot[i + 1:]
+                                    break
+                        layers.extend(x for x in slot if x is not t)
             nexts = [None] * (len(layers) + 1)
             for k in range(len(layers), -1, -1):
                 nexts[k] = _Next(layers, k, nexts, self._eval)
