@@ -177,7 +177,10 @@ def promote_args(tensor_dtypes, others, name="apply"):
         elif isinstance(v, float):
             has_float = True
         elif v is None:
-            raise TypeError("the operand is None and is not supported.")  # MegEngine's words
+            # MegEngine's words (its tests compare them); which op, in a note
+            e = TypeError("the operand is None and is not supported.")
+            e.add_note(f"{name}: an operand of type NoneType")
+            raise e
         else:
             try:
                 a = np.asarray(v)
