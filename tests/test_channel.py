@@ -98,3 +98,15 @@ def test_async_level_from_environment():
     out = subprocess.run([sys.executable, "-c", "import mge; print(mge.config.async_level)"],
                          env=env, capture_output=True, text=True, timeout=120)
     assert out.stdout.strip() == "1", out.stderr
+
+
+def test_async_level_errors_are_megengines():
+    # MegEngine: AssertionError for another integer, TypeError for a non-integer (both are
+    # ValueErrors in mge as well)
+    with pytest.raises(AssertionError, match="async_level should be 0, 1 or 2"):
+        mge.config.async_level = 3
+    with pytest.raises(TypeError):
+        mge.config.async_level = "1"
+    with pytest.raises(ValueError):
+        mge.config.async_level = -1
+    assert mge.config.async_level == 2

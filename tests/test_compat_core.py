@@ -314,3 +314,15 @@ def test_graph_inference_runs_a_model_dumped_by_trace():
     np.testing.assert_allclose(inf.run(a, b)["output_0"], a * 2 + b, rtol=1e-6)
     with pytest.raises(AssertionError, match="expects inputs"):
         inf.run(a)
+
+
+def test_op_errors_are_runtime_errors_as_in_megengine():
+    import mge.functional as F
+    a = mge.tensor(np.ones((3, 2), np.float32))
+    with pytest.raises(RuntimeError) as e:
+        F.reshape(a, (2, 2))
+    assert isinstance(e.value, ValueError) and "Reshape" in str(e.value)
+    with pytest.raises(RuntimeError):
+        F.matmul(a, a)
+    with pytest.raises(RuntimeError):
+        mge.tensor([1.0, 2.0]) + mge.tensor([1.0, 2.0, 3.0])

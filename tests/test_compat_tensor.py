@@ -95,8 +95,9 @@ def test_getnewargs_getstate_and_copies_share_qparams():
 
 
 def test_none_operand_message():
-    with pytest.raises(TypeError, match="^the operand is None and is not supported.$"):
+    with pytest.raises(TypeError) as e:
         mge.tensor(1.0) + None
+    assert str(e.value) == "the operand is None and is not supported."
     with pytest.raises(TypeError, match="the operand is None"):
         None * mge.tensor(1.0)
 

@@ -33,11 +33,22 @@ OPTIONS = {
 ALIASES = {"catch_worker_exception": "catch_worker_execption"}
 
 
+class AsyncLevelRangeError(AssertionError, ValueError):
+    """An integer async_level other than 0, 1, 2 (MegEngine raises AssertionError)."""
+
+
+class AsyncLevelTypeError(TypeError, ValueError):
+    """A non-integer async_level (MegEngine raises TypeError)."""
+
+
 def _check_async_level(v):
     # Checked before the int() conversion, so 1.5 or "1" are refused rather than truncated or
-    # parsed (MegEngine refuses them too, with a TypeError).
-    if isinstance(v, float) or not isinstance(v, numbers.Integral) or v not in (0, 1, 2):
-        raise ValueError("async_level should be 0, 1 or 2")
+    # parsed.  MegEngine refuses them with a TypeError, and other integers with an
+    # AssertionError; both are ValueErrors here too.
+    if isinstance(v, float) or not isinstance(v, numbers.Integral):
+        raise AsyncLevelTypeError("async_level should be 0, 1 or 2")
+    if v not in (0, 1, 2):
+        raise AsyncLevelRangeError("async_level should be 0, 1 or 2")
 
 
 _CHECKS = {"async_level": _check_async_level}

@@ -201,11 +201,30 @@ def def_infer(cls):
     return deco
 
 
+class OpValueError(ValueError, RuntimeError):
+    """An op refused its inputs' values or shapes (a ``RuntimeError`` too, as MegEngine's op
+    errors are)."""
+
+
+class OpTypeError(TypeError, RuntimeError):
+    """An op refused its inputs' dtypes (a ``RuntimeError`` too, as MegEngine's op errors are)."""
+
+
+class OpIndexError(IndexError, RuntimeError):
+    """An index out of range in an op (a ``RuntimeError`` too, as MegEngine's op errors are)."""
+
+
+_OP_ERRORS = {ValueError: OpValueError, TypeError: OpTypeError, IndexError: OpIndexError}
+
+
 def op_error(exc_type, op, message, descs=None):
-    """Build the error an op's rule raises: it names the op, and the input shapes and dtypes."""
+    """Build the error an op's rule raises: it names the op, and the input shapes and dtypes.
+
+    MegEngine's ops raise ``RuntimeError`` (its ``MegBrainError``); a plain ``ValueError``,
+    ``TypeError`` or ``IndexError`` becomes its subclass that is also a ``RuntimeError``."""
     text = f"{op.name}: {message}"
     if descs:
         shapes = ", ".join(str(d[0]) for d in descs)
         dtypes = ", ".join(str(d[1]) for d in descs)
         text += f" (input shapes: {shapes}; dtypes: {dtypes})"
-    return exc_type(text)
+    return _OP_ERRORS.get(exc_type, exc_type)(text)
