@@ -248,7 +248,55 @@ def test_graph_modules_fail_clearly():
         G.Graph()
     import mge.core._imperative_rt as rt
     with pytest.raises(NotImplementedError, match="MegBrain"):
-        rt.OperatorNodeConfig
+        rt.ComputingGraph
+
+
+def test_operator_node_config_holds_values():
+    from mge.core._imperative_rt import CompNode, OperatorNodeConfig
+    c = OperatorNodeConfig()
+    assert c.name is None and c.dtype is None and c.comp_node_arr == ()
+    with pytest.raises(ValueError, match="invalid number of comp_node"):
+        c.comp_node
+    c.name, c.dtype, c.comp_node = "x", "float32", "cpu0"
+    assert c.dtype == np.float32 and c.comp_node == CompNode("cpu0") and len(c.comp_node_arr) == 1
+    c.comp_node_arr = ["cpu0", "cpu1"]
+    assert len(c.comp_node_arr) == 2
+
+
+def test_mesh_indexing_ops():
+    from mge.core._imperative_rt.core2 import apply
+    from mge.core.ops import builtin
+    x = np.arange(25, dtype=np.int32).reshape(5, 5)
+    d = np.arange(6, dtype=np.int32).reshape(3, 2)
+    rows, cols = np.arange(0, 5, 2), np.array([1, 3])
+    items = [(0, True, True, True, False), (1, False, False, False, True)]
+    args = [mge.tensor(0), mge.tensor(5), mge.tensor(2), mge.tensor(cols)]
+    (y,) = apply(builtin.MeshIndexing(items), mge.tensor(x), *args)
+    np.testing.assert_array_equal(y.numpy(), x[np.ix_(rows, cols)])
+    (y,) = apply(builtin.SetMeshIndexing(items), mge.tensor(x), mge.tensor(d), *args)
+    ref = x.copy()
+    ref[np.ix_(rows, cols)] = d
+    np.testing.assert_array_equal(y.numpy(), ref)
+    (y,) = apply(builtin.IncrMeshIndexing(items), mge.tensor(x), mge.tensor(d), *args)
+    ref = x.copy()
+    ref[np.ix_(rows, cols)] += d
+    np.testing.assert_array_equal(y.numpy(), ref)
+    # batched: one index vector per entry of axis 0
+    xb = np.arange(24, dtype=np.int32).reshape(2, 3, 4)
+    i1 = np.array([[0, 2], [0, 2]])
+    i2 = np.array([[0, 1, 2], [1, 2, 3]])
+    bitems = [(1, False, False, False, True), (2, False, False, False, True)]
+    (y,) = apply(builtin.BatchedMeshIndexing(bitems), mge.tensor(xb), mge.tensor(i1),
+                 mge.tensor(i2))
+    ref = np.stack([xb[b][np.ix_(i1[b], i2[b])] for b in range(2)])
+    np.testing.assert_array_equal(y.numpy(), ref)
+    db = np.arange(12, dtype=np.int32).reshape(2, 2, 3)
+    (y,) = apply(builtin.BatchedIncrMeshIndexing(bitems), mge.tensor(xb), mge.tensor(db),
+                 mge.tensor(i1), mge.tensor(i2))
+    ref = xb.copy()
+    for b in range(2):
+        ref[b][np.ix_(i1[b], i2[b])] += db[b]
+    np.testing.assert_array_equal(y.numpy(), ref)
 
 
 def test_trace_option():

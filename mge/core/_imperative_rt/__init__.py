@@ -11,12 +11,51 @@ from . import common, core2, imperative, ops, utils  # noqa: F401
 from .common import CompNode, DeviceTensorND  # noqa: F401
 from .utils import Logger  # noqa: F401
 
-__all__ = ["CompNode", "DeviceTensorND", "Logger", "TensorAttr", "common", "core2", "imperative", "ops", "utils"]
+__all__ = ["CompNode", "DeviceTensorND", "Logger", "OperatorNodeConfig", "TensorAttr", "common", "core2", "imperative", "ops", "utils"]
 
 _GRAPH_ONLY = {
-    "ComputingGraph", "VarNode", "OperatorNode", "OperatorNodeConfig", "AsyncExecutable",
+    "ComputingGraph", "VarNode", "OperatorNode", "AsyncExecutable",
     "make_const", "make_h2d", "SymbolVar", "GraphOptimizeOptions",
 }
+
+
+class OperatorNodeConfig:
+    """MegEngine's per-op settings: ``name``, ``dtype``, ``comp_node`` and ``comp_node_arr`` (a
+    tuple of devices; setting ``comp_node`` makes it that one device).  Plain values that code
+    passes around to choose the device and dtype of what it creates; reading ``comp_node``
+    before it is set (or with several devices) is a ``ValueError``, as in MegEngine."""
+
+    def __init__(self):
+        self.name = None
+        self.dtype = None
+        self._comp_nodes = ()
+
+    @property
+    def dtype(self):
+        return self._dtype
+
+    @dtype.setter
+    def dtype(self, value):
+        import numpy as np
+        self._dtype = None if value is None else np.dtype(value)
+
+    @property
+    def comp_node(self):
+        if len(self._comp_nodes) != 1:
+            raise ValueError("invalid number of comp_node")
+        return self._comp_nodes[0]
+
+    @comp_node.setter
+    def comp_node(self, value):
+        self._comp_nodes = (CompNode(value),)
+
+    @property
+    def comp_node_arr(self):
+        return self._comp_nodes
+
+    @comp_node_arr.setter
+    def comp_node_arr(self, values):
+        self._comp_nodes = tuple(CompNode(v) for v in values)
 
 
 class TensorAttr:

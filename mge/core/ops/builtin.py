@@ -620,6 +620,69 @@ for _name, _scalar, _kind in [
 del _name, _scalar, _kind, _doc
 
 
+
+def _mesh_index_of(x, items, tensors, batched):
+    """The index of MegEngine's mesh indexing on ``x``: every axis gets an index vector (a vector
+    idx of ``items``, a slice's positions, or the whole axis), shaped to its own dimension, so
+    that they broadcast to the mesh (outer product) in axis order.  ``batched``: axis 0 is the
+    batch and each vector idx is ``(batch, k)``, one vector per batch entry."""
+    it = iter(tensors)
+    shape = x.shape
+    ndim = len(shape)
+    given = {}
+    for axis, has_begin, has_end, has_step, has_idx in items:
+        begin = int(_np(next(it)).reshape(-1)[0]) if has_begin else None
+        end = int(_np(next(it)).reshape(-1)[0]) if has_end else None
+        step = int(_np(next(it)).reshape(-1)[0]) if has_step else None
+        given[int(axis)] = next(it) if has_idx else slice(begin, end, step)
+    index = []
+    for a in range(ndim):
+        v = given.get(a, slice(None))
+        lead = [1] * a
+        tail = [1] * (ndim - a - 1)
+        if isinstance(v, slice):
+            v = _tensor(np.arange(shape[a], dtype=np.int32)[v].reshape(lead + [-1] + tail),
+                        device=x.device)
+        elif batched and a > 0:
+            v = v.reshape([shape[0]] + [1] * (a - 1) + [-1] + tail)
+        else:
+            v = v.reshape(lead + [-1] + tail)
+        index.append(v)
+    return tuple(index)
+
+
+def _mesh_get_apply(batched):
+    def run(self, inputs):
+        x = inputs[0]
+        return (x[_mesh_index_of(x, self.items, inputs[1:], batched)],)
+    return run
+
+
+def _mesh_set_apply(batched, incr):
+    def run(self, inputs):
+        x, value = inputs[:2]
+        index = _mesh_index_of(x, self.items, inputs[2:], batched)
+        out = _apply(_ops.Identity(), x)[0]
+        if incr:
+            value = out[index] + value
+        out[index] = value
+        return (out,)
+    return run
+
+
+for _name, _batched, _kind in [
+        ("MeshIndexing", False, None), ("SetMeshIndexing", False, "set"),
+        ("IncrMeshIndexing", False, "incr"), ("BatchedMeshIndexing", True, None),
+        ("BatchedSetMeshIndexing", True, "set"), ("BatchedIncrMeshIndexing", True, "incr")]:
+    _doc = (f"MegEngine's ``{_name}(items)``: indexing where the vector indices of several axes "
+            "combine as a mesh (outer product)" + (", per entry of the batch axis 0" if _batched
+                                                   else "") + "; the index inputs follow "
+            + ("``x``" if _kind is None else "``(x, value)``") + ".")
+    _op(_name, {"items": []}, doc=_doc,
+        _apply=_mesh_get_apply(_batched) if _kind is None else _mesh_set_apply(_batched,
+                                                                                _kind == "incr"))
+del _name, _batched, _kind, _doc
+
 def _onehot_apply(self, inputs):
     x, index = inputs
     return _apply(_ops.IndexingOneHot(int(self.axis), True), x, index)
