@@ -44,7 +44,8 @@ def _dev_tensor(self):
 
 def _get_format(self):
     """The memory format: ``"default"`` unless set.  mge keeps every tensor in its logical
-    (NCHW) layout; the format is a label carried by the tensor object (see docs/differences.rst)."""
+    (NCHW) layout; the format is a label carried by the tensor object and, for ``"nhwc"``, from
+    op to op (``mge/core/_format.py``; see docs/differences.rst)."""
     return self.__dict__.get("_format", "default")
 
 
@@ -52,6 +53,12 @@ def _set_format(self, fmt):
     fmt = str(fmt).lower()
     if fmt not in _FORMATS:
         raise ValueError(f"unknown tensor format {fmt!r}; expected one of {_FORMATS}")
+    if fmt == "default":
+        self.__dict__.pop("_format", None)
+        return
+    if fmt == "nhwc":
+        from .core._format import ensure_installed
+        ensure_installed()  # ops on this tensor carry the label from now on
     self.__dict__["_format"] = fmt
 
 

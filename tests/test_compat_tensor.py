@@ -142,3 +142,34 @@ def test_astype_quantizes_and_dequantizes():
     q1 = mge.tensor(np.array([0.1, 0.3, -0.1, 0.25, 0.35, -0.25], np.float32)).astype(D.qint8(0.1))
     np.testing.assert_array_equal(q1.numpy(), [1, 3, -1, 3, 4, -3])
     np.testing.assert_array_equal(q1.astype(D.qint8(0.2)).numpy(), [1, 2, -1, 2, 2, -2])
+
+
+def test_tensor_format_label_propagates():
+    import mge.functional as F
+    data = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
+    a = mge.tensor(data, format="nhwc")
+    assert a.format == "nhwc" and mge.tensor(a).format == "nhwc"
+    assert mge.tensor(data).format == "default"
+    ones = F.ones((1, 2, 3, 4))
+    y = a * ones + a / 2
+    assert y.format == "nhwc"
+    np.testing.assert_array_equal(y.numpy(), data * 1.5)  # values are the logical ones
+    assert F.concat([a, ones], axis=1).format == "nhwc"
+    assert F.reshape(a, (1, 2, 6, 2)).format == "nhwc"
+    assert F.reshape(a, (1, 24)).format == "default"
+    assert F.transpose(a, (2, 3, 0, 1)).format == "default"
+    assert F.nn.pad(a, ((1, 1),), mode="constant").format == "default"
+    assert F.max_pool2d(a, 2).format == "nhwc"
+    assert (ones + 1).format == "default"
+    b = mge.tensor(a)
+    b[...] = mge.tensor(data, format="nchw")
+    assert b.format == "nchw"
+    b.format = "nhwc"
+    b[:, :1] = 0
+    assert b.format == "nhwc"
+    b += 1
+    assert b.format == "nhwc"
+    b.format = "default"
+    assert b.format == "default"
+    with pytest.raises(ValueError):
+        mge.tensor(data, format="nc4hw4x")

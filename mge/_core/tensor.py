@@ -76,7 +76,8 @@ class Tensor:
     _name = ""
     _is_const = False
 
-    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None):
+    def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None,
+                 format="default"):
         if isinstance(data, Tensor):
             # As in MegEngine, Tensor(t, dtype=..., device=...) does not convert: they must match.
             src = data
@@ -99,6 +100,12 @@ class Tensor:
             self._is_const = True
         if name:
             self.name = name
+        if format != "default" and format is not None:
+            self.format = format  # (mge/tensor.py: the label and the layer that carries it)
+        elif isinstance(data, Tensor):
+            fmt = data.__dict__.get("_format")
+            if fmt is not None:
+                self.__dict__["_format"] = fmt
 
     # -- identity and lifetime -----------------------------------------------------------------
     def _take_info(self):
