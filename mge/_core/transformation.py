@@ -160,18 +160,18 @@ class Stack:
                                     slot = slot[i + 1:]
                                     break
                         layers.extend(x for x in slot if x is not t)
-            nexts = [None] * (len(layers) + 1)
+            nxt = None
             for k in range(len(layers), -1, -1):
-                nexts[k] = _Next(layers, k, nexts, self._eval)
-            nxt = self._below[key] = nexts[0]
+                nxt = _Next(layers, k, nxt, self._eval)
+            self._below[key] = nxt
         return nxt
 
     def _build(self):
         layers = self.active()[:-1]
-        nexts = [None] * (len(layers) + 1)
+        nxt = None
         for k in range(len(layers), -1, -1):
-            nexts[k] = _Next(layers, k, nexts, self._eval)
-        self._nexts = nexts
+            nxt = _Next(layers, k, nxt, self._eval)
+        self._nexts = [nxt]
 
 
 @cython.cclass
@@ -180,36 +180,41 @@ class _Next:
 
     A layer may hand down a different op than it received (a cast, a reshape); the op walks the
     remaining layers by its own class, so it meets exactly the layers that look at that class.
+    The ``_Next`` objects of a stack form a chain, each holding the one for ``k + 1`` (``below``):
+    no reference cycles, so a replaced chain (and the layers it held) is freed at once.
     """
 
     layers = cython.declare(list)
     k = cython.declare(cython.Py_ssize_t)
-    nexts = cython.declare(list)
+    below = cython.declare(object, visibility="readonly")
     eval = cython.declare(object)
     cache = cython.declare(dict, visibility="readonly")
 
-    def __init__(self, layers, k, nexts, eval_fn):
+    def __init__(self, layers, k, below, eval_fn):
         self.layers = layers
         self.k = k
-        self.nexts = nexts
+        self.below = below
         self.eval = eval_fn
         self.cache = {}
 
     def resolve(self, cls):
         f = self.eval
+        node = self  # the _Next for layer j
         for j in range(self.k, len(self.layers)):
             layer = self.layers[j]
             rules = layer.rules
             if rules is not None:
                 rule = _rule_for(rules, cls)
                 if rule is not None:
-                    f = _layer(rule, self.nexts[j + 1])
+                    f = _layer(rule, node.below)
                     break
+                node = node.below
                 continue
             types = layer.op_types
             if types is None or issubclass(cls, types):
-                f = _layer(layer.apply, self.nexts[j + 1])
+                f = _layer(layer.apply, node.below)
                 break
+            node = node.below
         self.cache[cls] = f
         return f
 
