@@ -374,3 +374,14 @@ def test_op_errors_are_runtime_errors_as_in_megengine():
         F.matmul(a, a)
     with pytest.raises(RuntimeError):
         mge.tensor([1.0, 2.0]) + mge.tensor([1.0, 2.0, 3.0])
+
+
+def test_multistream_events():
+    from mge._multistream import record_event, wait_event
+    x = mge.tensor(np.arange(4, dtype=np.float32), device="xpux:1")
+    y = x * 2
+    e = record_event("xpux:1")
+    assert e.device == mge.tensor([], device="xpux:1").device
+    wait_event("xpux:0", e)
+    z = mge.tensor(np.ones(4, np.float32), device="xpux:0") + y.to("xpux:0")
+    np.testing.assert_array_equal(z.numpy(), [1, 3, 5, 7])

@@ -874,6 +874,21 @@ _op("RemoteRecv", {"key": "", "addr": "", "port": 0, "rank_from": 0, "cn": "inva
     doc="MegEngine's receive of a tensor from process ``rank_from``: needs issue 15's MPI "
         "transport.", _apply=_remote_apply)
 
+
+def _barrier_apply(self, inputs):
+    # mge's channel runs the ops of every device and stream in the order they were issued, so
+    # whatever was issued before the barrier has run when anything after it runs: recording an
+    # event is passing the tensor on, waiting for one has nothing to wait for.
+    if int(self.nr_outputs) == 0:
+        return ()
+    return tuple(_apply(_ops.Identity(), x)[0] for x in inputs[:int(self.nr_outputs)])
+
+
+_op("Barrier", {"comp_node": None, "nr_outputs": 0},
+    doc="MegEngine's stream barrier (``mge._multistream``): with ``nr_outputs`` 1 it records an "
+        "event (its output), with 0 it waits for one.  mge's channel keeps issue order across "
+        "devices, so it orders nothing further.", _apply=_barrier_apply)
+
 def apply(op, *inputs):
     """Apply ``op`` (a class of this module or an mge op) to ``inputs``: a tuple of tensors."""
     if isinstance(op, BuiltinOp):
