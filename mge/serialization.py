@@ -52,7 +52,10 @@ def _legacy_class(cls):
         """MegEngine pickles a tensor as ``cls.__new__(cls, value, dtype, device, ...)`` and its
         state (``__getnewargs__``/``__getstate__``); this builds the mge tensor from those."""
 
-        def __new__(_, value, dtype=None, device=None, *rest):
+        def __new__(_, *args):
+            if not args:  # older pickles: the value comes in the state ("data", ...)
+                return cls.__new__(cls)
+            value, dtype, device = (list(args) + [None, None])[:3]
             if _map_locations:
                 device = _map_locations[-1](device)
             return cls(value, dtype=dtype, device=device)

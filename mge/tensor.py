@@ -138,9 +138,9 @@ def __trunc__(self):
 
 
 def __getnewargs__(self):
-    """MegEngine's constructor arguments of a copy: ``(value, dtype, device's logical name,
-    is_const, no_cache, name, format)``."""
-    return (self.numpy(), self.dtype, self.device.logical_name, False, False, None, self.format)
+    """MegEngine 1.13's constructor arguments of a copy: ``(value, dtype, device's logical
+    name)``."""
+    return (self.numpy(), self.dtype, self.device.logical_name)
 
 
 def __getstate__(self):

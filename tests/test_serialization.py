@@ -184,3 +184,34 @@ def test_load_megengine_pickle_of_a_tensor():
         t = mge.load(io.BytesIO(data))
     assert isinstance(t, mge.Tensor) and t.dtype == np.int8
     assert t.device.logical_name == "cpu0:0" and t.numpy().tolist() == [1, 2, 3]
+
+
+def test_load_megengine_pickle_with_value_in_state():
+    # MegEngine before 1.2: Tensor.__new__(Tensor) and the value in the state
+    import copyreg
+    import io
+    import pickle
+    import sys
+    import types
+
+    class Tensor:
+        def __reduce_ex__(self, proto):
+            return (copyreg.__newobj__, (Tensor,),
+                    {"data": np.array([1, 2, 3], np.int8), "device": "cpu0:0", "dtype": np.int8})
+    Tensor.__module__, Tensor.__qualname__ = "megengine.tensor", "Tensor"
+    fake = types.ModuleType("megengine.tensor")
+    fake.Tensor = Tensor
+    saved = {k: sys.modules.get(k) for k in ("megengine", "megengine.tensor")}
+    sys.modules["megengine"] = types.ModuleType("megengine")
+    sys.modules["megengine.tensor"] = fake
+    try:
+        data = pickle.dumps(Tensor(), protocol=4)
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                del sys.modules[k]
+            else:
+                sys.modules[k] = v
+    t = mge.load(io.BytesIO(data))
+    assert t.dtype == np.int8 and t.numpy().tolist() == [1, 2, 3]
+    assert t.device.logical_name == "cpu0:0"
