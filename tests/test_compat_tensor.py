@@ -145,7 +145,14 @@ def test_astype_quantizes_and_dequantizes():
     np.testing.assert_array_equal(q1.astype(D.qint8(0.2)).numpy(), [1, 2, -1, 2, 2, -2])
 
 
-def test_tensor_format_label_propagates():
+@pytest.fixture
+def _format_layer():
+    from mge.core import _format
+    yield
+    _format.uninstall()  # leave the stack as other tests expect it
+
+
+def test_tensor_format_label_propagates(_format_layer):
     import mge.functional as F
     data = np.arange(24, dtype=np.float32).reshape(1, 2, 3, 4)
     a = mge.tensor(data, format="nhwc")

@@ -19,7 +19,7 @@ from .._core.ops.nn import Pad
 from .._core.ops.shape import Dimshuffle, Where
 from . import Transformation
 
-__all__ = ["FormatTransformation", "ensure_installed"]
+__all__ = ["FormatTransformation", "ensure_installed", "uninstall"]
 
 #: ops whose outputs never keep the format (they reorder axes, or MegEngine's format
 #: transformation passes them by)
@@ -81,3 +81,13 @@ def ensure_installed():
         stack.register(layer)
         _installed = layer
     return _installed
+
+
+def uninstall():
+    """Take the format layer off the stack (tests; labels already set stay on their tensors, and
+    the next ``"nhwc"`` label puts the layer back)."""
+    global _installed
+    if _installed is not None:
+        from .._core.plugins import stack
+        stack.unregister(_installed)
+        _installed = None
