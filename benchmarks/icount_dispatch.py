@@ -2,6 +2,7 @@
 
     python benchmarks/icount_dispatch.py                 # tensor operands, shape 4
     python benchmarks/icount_dispatch.py --operand float --shape 16
+    python benchmarks/icount_dispatch.py --profile       # with a profiler recording
 
 Wall-clock timings on a shared machine move by 2x between runs; instruction counts do not.  The
 script runs itself twice under ``valgrind --tool=callgrind`` -- ``x = x * a + b`` for N and for
@@ -21,7 +22,7 @@ import sys
 import _pythons
 
 
-def chain(fw, operand, shape, n):
+def chain(fw, operand, shape, n, profile=False):
     import numpy as np
     x0 = np.ones(shape, "float32")
     if fw == "numpy":
@@ -32,17 +33,22 @@ def chain(fw, operand, shape, n):
         x = mge.tensor(x0)
         a, b = (1.0001, 0.5) if operand == "float" else (
             mge.tensor(np.full(shape, 1.0001, "float32")), mge.tensor(np.full(shape, 0.5, "float32")))
+    if profile:  # a running profile's recording (writing the files is not counted)
+        from mge._core import profiler
+        profiler.start({})
     for _ in range(n):
         x = x * a + b
     if fw != "numpy":
         x.numpy()
+    if profile:
+        profiler.stop()
 
 
 def count(args, n):
     env = dict(os.environ, PYTHONHASHSEED="0", OPENBLAS_NUM_THREADS="1")
     cmd = ["valgrind", "--tool=callgrind", "--callgrind-out-file=/dev/null", args.python,
            __file__, "--run", str(n), "--fw", args.fw, "--operand", args.operand,
-           "--shape", str(args.shape)]
+           "--shape", str(args.shape)] + (["--profile"] if args.profile else [])
     out = subprocess.run(cmd, env=env, capture_output=True, text=True, check=True).stderr
     return int(re.search(r"Collected : (\d+)", out).group(1))
 
@@ -56,10 +62,12 @@ def main():
     p.add_argument("--operand", default="tensor", choices=["tensor", "float"])
     p.add_argument("--shape", type=int, default=4)
     p.add_argument("--n", type=int, default=1000)
+    p.add_argument("--profile", action="store_true",
+                   help="mge with a profiler recording (mge.utils.profiler's cost per op)")
     p.add_argument("--run", type=int, default=None, help=argparse.SUPPRESS)
     args = p.parse_args()
     if args.run is not None:
-        chain(args.fw, args.operand, (args.shape,), args.run)
+        chain(args.fw, args.operand, (args.shape,), args.run, args.profile)
         return
     if args.fw == "megengine":
         args.python = _pythons.find("megengine", args.megengine_python, "icount_dispatch")
@@ -67,7 +75,9 @@ def main():
             return
     small, large = count(args, args.n), count(args, 3 * args.n)
     per_op = (large - small) / (4 * args.n)
-    print(f"{args.fw} {args.operand} shape ({args.shape},): {per_op / 1000:.2f} k instructions per op")
+    what = " (profiling)" if args.profile else ""
+    print(f"{args.fw}{what} {args.operand} shape ({args.shape},): {per_op / 1000:.2f} k "
+          "instructions per op")
 
 
 if __name__ == "__main__":

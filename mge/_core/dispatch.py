@@ -87,17 +87,23 @@ def _set_profiler(rec):
 def apply(op, *inputs):
     """Apply ``op`` to ``inputs`` through the transformation stack; returns a tuple of tensors."""
     if _prof is not None:  # profiler: the op as a dispatch span (the only check when idle)
-        return _prof.dispatch(_apply_now, op, inputs)
+        return _apply_profiled(op, inputs)
     if _top is not None:
         return _top.top(op, inputs)
     return _through_stack(op, inputs)
 
 
-def _apply_now(op, inputs):
-    # apply's body, for the profiler's span
-    if _top is not None:
-        return _top.top(op, inputs)
-    return _through_stack(op, inputs)
+@cython.cfunc
+def _apply_profiled(op, inputs):
+    # apply's body inside the profiler's dispatch span
+    rec = _prof
+    rec.enter_dispatch(op)
+    try:
+        if _top is not None:
+            return _top.top(op, inputs)
+        return _through_stack(op, inputs)
+    finally:
+        rec.exit_dispatch()
 
 
 def apply_tuple(op, inputs):

@@ -1,18 +1,18 @@
 """The profiler's recorder (compiled: it runs at every event site while a profile records).
 
-A ``Recorder`` appends one small tuple per event to one list (``list.append`` is atomic under the
-GIL: the worker and the callers' threads share it).  The per-op events -- a dispatch, the flow it
-starts, a channel command, a kernel, a buffer held or freed -- are written in a compact form that
-holds the raw numbers; ``events`` expands them, when the profile is read, into
-the plain tuples ``(phase, ns, thread ident, category, name, args, id)`` that
-``mge.utils.profiler`` turns into the Trace Event format: op names and parameters (cached per op),
-the flow slices, the memory and live-tensor counters (running sums over the holds and frees, in
-order), the allocation numbers.  So a running profile costs a few appends and clock reads per op.
-The records name ops and devices by number (``_ref``: an index into the recorder's table of them),
-so that they hold no object the cyclic garbage collector must visit: a long profile's millions of
-records would make every collection slower.
-Timestamps are ``time.perf_counter_ns`` (monotonic, nanoseconds).  Spans are begun and ended on one
-thread, strictly nested.
+A running profile must cost little per op, so the ``Recorder`` writes each event as a few 64-bit
+integers at the end of one growing buffer (in C when compiled; a list of ints in the pure-Python
+twin): a kind, the time, the thread's number, then the kind's fields.  Objects -- ops, devices,
+shapes, strings, the arguments of the rare events -- are named by their number in the recorder's
+table (``_ref``).  Writing an event makes no Python object, so the garbage collector has nothing
+to visit and nothing is allocated per event but the buffer's growth.  The worker and the callers'
+threads share the buffer: every write happens with the GIL held, in C, without releasing it.
+
+``events`` turns the buffer, when the profile is read, into the plain tuples ``(phase, ns, thread
+ident, category, name, args, id)`` that ``mge.utils.profiler`` writes in the Trace Event format:
+op names and parameters, the flow slices, the memory and live-tensor counters (running sums over
+the holds and frees, in order), the allocation numbers.  Timestamps are ``CLOCK_MONOTONIC``
+nanoseconds (``time.perf_counter_ns``).  Spans are begun and ended on one thread, strictly nested.
 """
 import threading
 import time
@@ -22,6 +22,10 @@ import cython
 from . import _accel
 
 _accel.guard(__name__)
+if cython.compiled:
+    from cython.cimports.cpython.mem import PyMem_Free, PyMem_Realloc
+    from cython.cimports.cpython.pythread import PyThread_get_thread_ident
+    from cython.cimports.posix.time import CLOCK_MONOTONIC, clock_gettime, timespec
 
 __all__ = ["Recorder", "KIND_NAMES"]
 
@@ -31,26 +35,179 @@ _RUNTIME = __file__.rsplit("/", 1)[0] + "/"  # frames of mge/_core: not the user
 # command kinds by number (command_buffer.py's KIND_NAMES)
 KIND_NAMES = (None, "ApplyOp", "Del", "GetValue", "SwapIn", "SwapOut", "Drop", "SetOption",
               "PushScope", "PopScope")
-# compact records (expanded by Recorder.events); the plain phases are "B" "E" "i" "C" "s" "f"
-_DISPATCH, _FLOW, _COMMAND, _KERNEL, _HOLD, _RELEASE, _STORAGE = \
-    "D", "F", "M", "K", "H", "R", "S"
+# Record kinds and their lengths in the buffer (kind, time, thread, fields...).
+PLAIN, DISPATCH, END, FLOW, COMMAND, KERNEL, HOLD, STORAGE, RELEASE = range(9)
+_LENGTH = (4, 5, 3, 6, 8, 8, 10, 9, 6)
+_NONE = -1  # "no object" in a field that holds a table number
 
 
-class _ThreadState(threading.local):
+@cython.cfunc
+@cython.inline
+def _now() -> cython.longlong:
+    # time.perf_counter_ns: CLOCK_MONOTONIC on Linux (read in C when compiled)
+    if cython.compiled:
+        ts: timespec
+        clock_gettime(CLOCK_MONOTONIC, cython.address(ts))
+        return ts.tv_sec * 1000000000 + ts.tv_nsec
+    else:
+        return _clock()
+
+
+@cython.cfunc
+@cython.inline
+def _length(kind: cython.longlong) -> cython.Py_ssize_t:
+    # _LENGTH[kind], in C
+    if kind == END:
+        return 3
+    if kind == PLAIN:
+        return 4
+    if kind == DISPATCH:
+        return 5
+    if kind == FLOW or kind == RELEASE:
+        return 6
+    if kind == COMMAND or kind == KERNEL:
+        return 8
+    if kind == STORAGE:
+        return 9
+    return 10
+
+
+@cython.cclass
+class _ThreadState:
+    """One thread's state in a profile."""
+
+    index = cython.declare(cython.longlong, visibility="public")  # its number in the records
+    ident = cython.declare(object, visibility="public")           # threading.get_ident()
+    stack = cython.declare(list, visibility="public")     # open spans (begin/end): (cat, name)
+    flow = cython.declare(cython.longlong, visibility="public")   # flow id the next kernel ends
+    made_by = cython.declare(cython.longlong, visibility="public")  # the op its kernel last ran
+    kernel = cython.declare(cython.longlong, visibility="public")   # the op of its open kernel
+
+    def __init__(self, index, ident):
+        self.index = index
+        self.ident = ident
+        self.stack = []
+        self.flow = _NONE
+        self.made_by = _NONE
+        self.kernel = _NONE
+
+
+@cython.cclass
+class _Log:
+    """A growing buffer of 64-bit integers (C memory when compiled)."""
+
+    if cython.compiled:
+        data = cython.declare(cython.p_longlong)
+    else:
+        data = cython.declare(list)
+    size = cython.declare(cython.Py_ssize_t, visibility="public")
+    capacity = cython.declare(cython.Py_ssize_t)
+
     def __init__(self):
-        self.stack = []     # the open spans (begin/end) on this thread: (category, name)
-        self.flow = None    # the flow id the next kernel on this thread ends
-        self.made_by = None  # the op whose kernel last ended here (names the buffers it made)
+        self.size = 0
+        self.capacity = 0
+        if cython.compiled:
+            self.data = cython.NULL
+        else:
+            self.data = []
+
+    def __dealloc__(self):
+        if cython.compiled:
+            PyMem_Free(self.data)
+
+    @cython.cfunc
+    def _room(self, n: cython.Py_ssize_t) -> cython.bint:
+        # space for n more values (compiled: doubles the C buffer)
+        if cython.compiled:
+            if self.size + n > self.capacity:
+                cap: cython.Py_ssize_t = max(1 << 16, 2 * self.capacity, self.size + n)
+                new = cython.cast(cython.p_longlong,
+                                  PyMem_Realloc(self.data, cap * cython.sizeof(cython.longlong)))
+                if new == cython.NULL:
+                    raise MemoryError("profiler: cannot grow the event buffer")
+                self.data = new
+                self.capacity = cap
+        return True
+
+    @cython.cfunc
+    def put(self, a: cython.longlong, b: cython.longlong, c: cython.longlong,
+            d: cython.longlong = 0, e: cython.longlong = 0, f: cython.longlong = 0,
+            g: cython.longlong = 0, h: cython.longlong = 0, i: cython.longlong = 0,
+            j: cython.longlong = 0) -> cython.bint:
+        # one record: kind a, its length as _LENGTH says (the rest of the fields are ignored)
+        n: cython.Py_ssize_t = _length(a)
+        self._room(n)
+        if cython.compiled:
+            p: cython.p_longlong = self.data + self.size
+            p[0] = a
+            p[1] = b
+            p[2] = c
+            if n > 3:
+                p[3] = d
+            if n > 4:
+                p[4] = e
+            if n > 5:
+                p[5] = f
+            if n > 6:
+                p[6] = g
+                p[7] = h
+            if n > 8:
+                p[8] = i
+            if n > 9:
+                p[9] = j
+        else:
+            self.data.extend((a, b, c, d, e, f, g, h, i, j)[:n])
+        self.size += n
+        return True
+
+    def values(self):
+        """The values written, as a list of ints."""
+        if cython.compiled:
+            return [self.data[k] for k in range(self.size)]
+        return list(self.data)
 
 
+@cython.cclass
 class Recorder:
     """Collects the events of one profile (created by ``mge._core.profiler.start``)."""
 
+    options = cython.declare(dict, visibility="public")
+    live = cython.declare(object, visibility="public")
+    kernels = cython.declare(cython.longlong, visibility="public")
+    sample_rate = cython.declare(cython.longlong, visibility="public")
+    profile_device = cython.declare(cython.bint, visibility="public")
+    backtrace = cython.declare(cython.bint, visibility="public")
+    start_ns = cython.declare(object, visibility="public")
+    start_wall_us = cython.declare(object, visibility="public")
+    stop_ns = cython.declare(object, visibility="public")
+    worker_tid = cython.declare(object, visibility="public")
+    main_tid = cython.declare(object, visibility="public")
+    thread_names = cython.declare(dict, visibility="public")
+    buf = cython.declare(_Log, visibility="public")
+    _names = cython.declare(dict)
+    _args = cython.declare(dict)
+    _objs = cython.declare(list)
+    _index = cython.declare(dict)
+    _threads = cython.declare(dict)
+    _thread_list = cython.declare(list)
+    _flows = cython.declare(cython.longlong)
+    _expanded = cython.declare(object)
+    _last_op = cython.declare(object)   # the op and device numbered last: an op's dispatch,
+    _last_op_i = cython.declare(cython.longlong)  # flow and kernel name the same op, and most
+    _last_dev = cython.declare(object)  # ops the same device (no hash, no lookup for them)
+    _last_dev_i = cython.declare(cython.longlong)
+    _last_dtype = cython.declare(object)
+    _last_shape = cython.declare(object)
+    _last_shape_i = cython.declare(cython.longlong)
+    _last_dtype_i = cython.declare(cython.longlong)
+    _last_tid = cython.declare(object)          # the thread seen last, and its state
+    _last_state = cython.declare(_ThreadState)
+
     def __init__(self, options=None):
         self.options = dict(options or {})
-        self.log = []
-        self._append = self.log.append
-        self._local = _ThreadState()
+        self.buf = _Log()
+        self._threads = {}
+        self._thread_list = []
         self._flows = 0
         self.live = 0  # tensors holding a buffer when the profile started
         self.kernels = 0
@@ -65,44 +222,116 @@ class Recorder:
         self.thread_names = {}
         self._names = {}  # op -> its name (ops are interned and hashable: computed once)
         self._args = {}   # op -> its parameters as JSON values
-        self._objs = []   # the ops and devices the records name by number
-        self._index = {}  # op or device -> its number
+        self._objs = []   # what the records name by number
+        self._index = {}  # hashable object -> its number
         self._expanded = None
+        self._last_op = self._last_dev = self._last_dtype = None
+        self._last_op_i = self._last_dev_i = self._last_dtype_i = _NONE
+        self._last_shape = None
+        self._last_shape_i = _NONE
+        self._last_tid = None
+        self._last_state = None
 
-    def _ref(self, obj):
-        # obj's number in the table (an unhashable one is kept as it is)
+    # -- the tables ----------------------------------------------------------------------------------
+    @cython.cfunc
+    def _ref(self, obj) -> cython.longlong:
+        # obj's number in the table (None: _NONE; an unhashable object gets a number of its own)
+        if obj is None:
+            return _NONE
         try:
             i = self._index.get(obj)
-            if i is None:
-                i = self._index[obj] = len(self._objs)
-                self._objs.append(obj)
-            return i
         except TypeError:
-            return obj
+            self._objs.append(obj)
+            return len(self._objs) - 1
+        if i is None:
+            i = len(self._objs)
+            self._index[obj] = i
+            self._objs.append(obj)
+        return i
 
-    def _obj(self, i):
-        return self._objs[i] if type(i) is int else i
+    @cython.cfunc
+    def _ref_op(self, op) -> cython.longlong:
+        if op is not self._last_op:
+            self._last_op_i = self._ref(op)
+            self._last_op = op
+        return self._last_op_i
 
-    # -- spans (off the per-op path) ---------------------------------------------------------------
+    @cython.cfunc
+    def _ref_dev(self, dev) -> cython.longlong:
+        if dev is not self._last_dev:
+            self._last_dev_i = self._ref(dev)
+            self._last_dev = dev
+        return self._last_dev_i
+
+    @cython.cfunc
+    def _ref_dtype(self, dtype) -> cython.longlong:
+        if dtype is not self._last_dtype:
+            self._last_dtype_i = self._ref(dtype)
+            self._last_dtype = dtype
+        return self._last_dtype_i
+
+    @cython.cfunc
+    def _ref_shape(self, shape) -> cython.longlong:
+        # (buffers come in runs of one shape: an equal tuple costs no hash)
+        if shape is None:
+            return _NONE
+        if shape is not self._last_shape and shape != self._last_shape:
+            self._last_shape_i = self._ref(shape)
+            self._last_shape = shape
+        return self._last_shape_i
+
+    @cython.cfunc
+    def _new(self, obj) -> cython.longlong:
+        # a number for obj without looking it up (the rare events' tuples)
+        self._objs.append(obj)
+        return len(self._objs) - 1
+
+    def obj(self, i):
+        """The object a record names by number ``i``."""
+        return None if i == _NONE else self._objs[i]
+
+    @cython.cfunc
+    def _local(self) -> _ThreadState:
+        # this thread's state (a dict by thread ident: cheaper than threading.local)
+        if cython.compiled:
+            tid = PyThread_get_thread_ident()
+        else:
+            tid = _get_ident()
+        if tid == self._last_tid:
+            return self._last_state
+        st = self._threads.get(tid)
+        if st is None:
+            st = _ThreadState(len(self._thread_list), tid)
+            self._threads[tid] = st
+            self._thread_list.append(tid)
+        self._last_tid = tid
+        self._last_state = st
+        return st
+
+    # -- the rare events (kept as plain tuples, named by number) -------------------------------------
+    @cython.cfunc
+    def _plain(self, local: _ThreadState, event: tuple):
+        self.buf.put(PLAIN, event[1], local.index, self._new(event))
+
     def begin(self, cat, name, args=None):
         """Open a span on this thread; returns the depth to pass to ``end``."""
-        stack = self._local.stack
+        local = self._local()
+        stack = local.stack
         depth = len(stack)
         stack.append((cat, name))
-        self._append(("B", _clock(), _get_ident(), cat, name, args, None))
+        self._plain(local, ("B", _now(), None, cat, name, args, None))
         return depth
 
     def end(self, depth):
         """End the span opened at ``depth`` (and any left open inside it)."""
-        stack = self._local.stack
+        local = self._local()
+        stack = local.stack
         if len(stack) <= depth:
             return
-        tid = _get_ident()
-        t = _clock()
-        append = self._append
+        t = _now()
         while len(stack) > depth:
             stack.pop()
-            append(("E", t, tid, None, None, None, None))
+            self.buf.put(END, t, local.index)
 
     def push_scope(self, name):
         """``push_scope(name)`` on this thread: a scope span."""
@@ -111,17 +340,17 @@ class Recorder:
     def pop_scope(self, name):
         """``pop_scope(name)``: ends the innermost open scope span ``name`` (none: it was opened
         before the profile started)."""
-        stack = self._local.stack
+        stack = self._local().stack
         for i in range(len(stack) - 1, -1, -1):
             if stack[i] == ("scope", name):
                 self.end(i)
                 return
 
     def instant(self, cat, name, args=None):
-        self._append(("i", _clock(), _get_ident(), cat, name, args, None))
+        self._plain(self._local(), ("i", _now(), None, cat, name, args, None))
 
     def counter(self, name, args):
-        self._append(("C", _clock(), _get_ident(), "counter", name, args, None))
+        self._plain(self._local(), ("C", _now(), None, "counter", name, args, None))
 
     def call(self, cat, name, args, fn, *a):
         """``fn(*a)`` inside a span."""
@@ -131,85 +360,113 @@ class Recorder:
         finally:
             self.end(depth)
 
-    # -- the doors (the per-op path: compact records) ---------------------------------------------
+    # -- the doors (the per-op path) -----------------------------------------------------------------
+    def enter_dispatch(self, op):
+        """``dispatch.apply`` begins ``op``: a span (its parameters in ``args``) until
+        ``exit_dispatch``."""
+        local = self._local()
+        local.made_by = _NONE
+        bt = self._new(self._backtrace()) if self.backtrace else _NONE
+        self.buf.put(DISPATCH, _now(), local.index, self._ref_op(op), bt)
+
+    def exit_dispatch(self):
+        local = self._local()
+        self.buf.put(END, _now(), local.index)
+        local.made_by = _NONE
+
     def dispatch(self, fn, op, inputs):
-        """``dispatch.apply``: the op as a span (its parameters in ``args``) around ``fn``."""
-        local = self._local
-        local.made_by = None
-        bt = self._backtrace() if self.backtrace else None
-        tid = _get_ident()
-        append = self._append
-        append((_DISPATCH, _clock(), tid, self._ref(op), bt))
+        """``fn(op, inputs)`` as the dispatch of ``op``."""
+        self.enter_dispatch(op)
         try:
             return fn(op, inputs)
         finally:
-            append(("E", _clock(), tid, None, None, None, None))
-            local.made_by = None
+            self.exit_dispatch()
 
     def _backtrace(self):
         import traceback
         return [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_stack(limit=16)
                 if _RUNTIME not in f.filename][-12:]
 
-    def _flow_start(self, what, op):
+    @cython.cfunc
+    def _flow_start(self, local: _ThreadState, what, op) -> cython.longlong:
         self._flows += 1
-        fid = self._flows
-        self._append((_FLOW, _clock(), _get_ident(), what, self._ref(op), fid))
-        return fid
+        self.buf.put(FLOW, _now(), local.index, self._ref(what), self._ref_op(op), self._flows)
+        return self._flows
 
     def flow_command(self, cmd):
         """An ``ApplyOp`` is queued: a flow from here to its kernel (its id rides on ``cmd``)."""
-        cmd.value = self._flow_start("enqueue ApplyOp", cmd.op)
+        cmd.value = self._flow_start(self._local(), "enqueue ApplyOp", cmd.op)
 
     def flow_host(self, op):
         """A tiny op computed now on this thread: a flow to the kernel that follows."""
-        self._local.flow = self._flow_start("host compute", op)
+        local = self._local()
+        local.flow = self._flow_start(local, "host compute", op)
 
-    def command(self, fn, ex, cmd):
-        """A channel command runs on this thread (``Executor._process``)."""
+    def enter_command(self, ex, cmd):
+        """A channel command begins on this thread (``Executor._process``): a span until
+        ``exit_command``."""
         kind = cmd.kind
-        local = self._local
+        local = self._local()
+        flow = _NONE
         if kind == 1:  # ApplyOp
-            what = self._ref(cmd.op)
-            local.flow = cmd.value
+            what = self._ref_op(cmd.op)
+            if cmd.value is not None:
+                flow = cmd.value
+            local.flow = flow
         else:
-            what = cmd.value
+            what = self._new(_short(cmd.value)) if cmd.value is not None else _NONE
         try:
             pending = len(ex.worker.queue) + len(ex.buffer.commands)
         except Exception:
             pending = 0
-        local.made_by = None
-        tid = _get_ident()
-        append = self._append
-        append((_COMMAND, _clock(), tid, kind, what, cmd.value if kind == 1 else None,
-                len(cmd.dels) if kind == 1 and cmd.dels else 0, pending))
+        local.made_by = _NONE
+        self.buf.put(COMMAND, _now(), local.index, kind, what, flow,
+                     len(cmd.dels) if kind == 1 and cmd.dels else 0, pending)
+
+    def exit_command(self):
+        local = self._local()
+        self.buf.put(END, _now(), local.index)
+        local.flow = _NONE
+        local.made_by = _NONE
+
+    def command(self, fn, ex, cmd):
+        """``fn(ex, cmd)`` as the run of channel command ``cmd``."""
+        self.enter_command(ex, cmd)
         try:
             return fn(ex, cmd)
         finally:
-            append(("E", _clock(), tid, None, None, None, None))
-            local.flow = None
-            local.made_by = None
+            self.exit_command()
+
+    def enter_kernel(self, device, op, descs, reuse):
+        """A kernel door begins ``op``: a span on this thread, ending the dispatch's flow, until
+        ``exit_kernel``; False (no span) without ``profile_device``."""
+        if not self.profile_device:
+            return False
+        local = self._local()
+        fid = local.flow
+        local.flow = _NONE
+        ref = self._ref_op(op)
+        local.kernel = ref
+        self.buf.put(KERNEL, _now(), local.index, ref, self._ref_dev(device), len(descs),
+                     self._new(list(reuse)) if reuse else _NONE, fid)
+        return True
+
+    def exit_kernel(self):
+        local = self._local()
+        self.buf.put(END, _now(), local.index)
+        local.made_by = local.kernel
+        self.kernels += 1
+        if self.sample_rate and self.kernels % self.sample_rate == 0:
+            self._sample()
 
     def kernel(self, fn, device, op, inputs, descs, reuse):
-        """A kernel door runs ``op``: a span on this thread, ending the dispatch's flow."""
-        if not self.profile_device:
+        """``fn(device, op, inputs, descs, reuse)`` as a kernel door's run of ``op``."""
+        if not self.enter_kernel(device, op, descs, reuse):
             return fn(device, op, inputs, descs, reuse)
-        local = self._local
-        fid = local.flow
-        local.flow = None
-        tid = _get_ident()
-        append = self._append
-        ref = self._ref(op)
-        append((_KERNEL, _clock(), tid, ref, self._ref(device), len(descs),
-                tuple(reuse) if reuse else None, fid))
         try:
             return fn(device, op, inputs, descs, reuse)
         finally:
-            append(("E", _clock(), tid, None, None, None, None))
-            local.made_by = ref
-            self.kernels += 1
-            if self.sample_rate and self.kernels % self.sample_rate == 0:
-                self._sample()
+            self.exit_kernel()
 
     def _sample(self):
         # sample_rate: every n-th kernel, the memory of every device (MegEngine's SampleDevice)
@@ -217,29 +474,29 @@ class Recorder:
         current = get_channel().memory.snapshot()[1]  # (a copy under the memory lock)
         self.counter("memory sample", {str(k): v for k, v in current.items()})
 
-    # -- memory ------------------------------------------------------------------------------------
+    # -- memory --------------------------------------------------------------------------------------
     def hold(self, key, owner, nbytes, dev, current):
         """A tensor holds a buffer; ``current`` is the device's bytes when the storage is new,
         ``None`` when another tensor holds it already."""
-        made_by = None
+        local = self._local()
         if current is not None:
-            made_by = self._local.made_by
-            if made_by is None:
-                made_by = "put"
-            self._append((_HOLD, _clock(), _get_ident(), key, nbytes, self._ref(dev), current,
-                          made_by, getattr(owner, "shape", None), getattr(owner, "dtype", None)))
+            self.buf.put(HOLD, _now(), local.index, key, nbytes, self._ref_dev(dev), current,
+                         local.made_by, self._ref_shape(getattr(owner, "shape", None)),
+                         self._ref_dtype(getattr(owner, "dtype", None)))
         else:
-            self._append((_HOLD, _clock(), _get_ident(), key, nbytes, self._ref(dev), None, None,
-                          None, None))
+            self.buf.put(HOLD, _now(), local.index, key, nbytes, self._ref_dev(dev), _NONE, _NONE,
+                         _NONE, _NONE)
 
     def storage(self, key, owner, nbytes, dev, made_by):
         """A buffer's life begins (one alive when the profile started: ``made_by`` says so)."""
-        self._append((_STORAGE, _clock(), _get_ident(), key, nbytes, self._ref(dev), made_by,
-                      getattr(owner, "shape", None), getattr(owner, "dtype", None)))
+        self.buf.put(STORAGE, _now(), self._local().index, key, nbytes, self._ref(dev),
+                     self._ref(made_by), self._ref(getattr(owner, "shape", None)),
+                     self._ref(getattr(owner, "dtype", None)))
 
     def release(self, key, dev, current):
         """A tensor let go of a buffer; ``current`` as in ``hold`` (``None``: still shared)."""
-        self._append((_RELEASE, _clock(), _get_ident(), key, self._ref(dev), current))
+        self.buf.put(RELEASE, _now(), self._local().index, key, self._ref_dev(dev),
+                     _NONE if current is None else current)
 
     # -- waits, DTR ----------------------------------------------------------------------------------
     def wait(self, fn, ch, info):
@@ -261,10 +518,10 @@ class Recorder:
     @property
     def events(self):
         """The events as plain tuples ``(phase, ns, thread ident, category, name, args, id)``
-        (the compact records expanded; kept once the profile stopped)."""
+        (expanded from the buffer; kept once the profile stopped)."""
         if self._expanded is not None:
             return self._expanded
-        out = _expand(self, list(self.log))
+        out = _expand(self, self.buf.values(), list(self._thread_list))
         if self.stop_ns is not None:
             self._expanded = out
         return out
@@ -279,6 +536,7 @@ class Recorder:
             return self._describe(op)[0]
 
     def args_of(self, op):
+        """``op``'s parameters as JSON values (cached per op)."""
         try:
             return self._args[op]
         except (KeyError, TypeError):
@@ -295,75 +553,86 @@ class Recorder:
         return name, args
 
 
-def _expand(rec, log):
-    # the compact records as plain events, in order (counters are running sums)
+def _expand(rec, v, threads):
+    # the buffer's records as plain events, in order (counters are running sums)
     out = []
     append = out.append
-    obj = rec._obj
+    obj = rec.obj
 
-    def name_of(x):
-        return rec.name_of(obj(x))
+    def name_of(i):
+        return rec.name_of(obj(i))
+
     live = rec.live
     storages = {}     # key -> (storage number, device, nbytes)
     memory = {}       # device -> its counter's name
     next_storage = 0
-    for r in log:
-        kind = r[0]
-        if kind == _DISPATCH:
+    k, n = 0, len(v)
+    while k < n:
+        kind, t, tid = v[k], v[k + 1], threads[v[k + 2]]
+        r = v[k:k + _LENGTH[kind]]
+        k += _LENGTH[kind]
+        if kind == PLAIN:
+            e = obj(r[3])
+            append((e[0], e[1], tid) + e[3:])
+        elif kind == END:
+            append(("E", t, tid, None, None, None, None))
+        elif kind == DISPATCH:
             op = obj(r[3])
             args = rec.args_of(op)
-            if r[4] is not None:
+            if r[4] != _NONE:
                 args = dict(args)
-                args["backtrace"] = r[4]
-            append(("B", r[1], r[2], "dispatch", name_of(op), args, None))
-        elif kind == _FLOW:
-            t, tid, name = r[1], r[2], name_of(r[4])
-            append(("B", t, tid, "channel", r[3], {"op": name, "flow": r[5]}, None))
+                args["backtrace"] = obj(r[4])
+            append(("B", t, tid, "dispatch", rec.name_of(op), args, None))
+        elif kind == FLOW:
+            name = name_of(r[4])
+            append(("B", t, tid, "channel", obj(r[3]), {"op": name, "flow": r[5]}, None))
             append(("s", t, tid, "flow", name, None, r[5]))
             append(("E", t, tid, None, None, None, None))
-        elif kind == _COMMAND:
-            t, tid, ckind, what = r[1], r[2], r[3], r[4]
+        elif kind == COMMAND:
+            ckind, what, flow = r[3], r[4], r[5]
             append(("C", t, tid, "counter", "commands", {"pending": r[7]}, None))
             if ckind == 1:
-                args = {"op": name_of(what), "flow": r[5], "dels": r[6]}
-            elif what is not None:
-                args = {"value": _short(what)}
+                args = {"op": name_of(what), "flow": None if flow == _NONE else flow,
+                        "dels": r[6]}
+            elif what != _NONE:
+                args = {"value": obj(what)}
             else:
                 args = None
             append(("B", t, tid, "command", KIND_NAMES[ckind], args, None))
-        elif kind == _KERNEL:
-            t, tid, op, fid = r[1], r[2], r[3], r[7]
-            name = name_of(op)
+        elif kind == KERNEL:
+            name, fid = name_of(r[3]), r[7]
             args = {"device": obj(r[4]), "outputs": r[5]}
-            if r[6]:
-                args["reuse"] = list(r[6])
-            if fid is not None:
+            if r[6] != _NONE:
+                args["reuse"] = obj(r[6])
+            if fid != _NONE:
                 args["flow"] = fid
             append(("B", t, tid, "kernel", name, args, None))
-            if fid is not None:
+            if fid != _NONE:
                 append(("f", t, tid, "flow", name, None, fid))
-        elif kind == _HOLD or kind == _STORAGE:
-            t, tid, key, nbytes, dev = r[1], r[2], r[3], r[4], obj(r[5])
-            if kind == _STORAGE:
-                made_by, shape, dtype, current = r[6], r[7], r[8], None
+        elif kind == HOLD or kind == STORAGE:
+            key, nbytes, dev = r[3], r[4], obj(r[5])
+            if kind == STORAGE:
+                current, made_by, shape, dtype = None, obj(r[6]), obj(r[7]), obj(r[8])
             else:
                 live += 1
-                current, made_by, shape, dtype = r[6], r[7], r[8], r[9]
-            if kind == _STORAGE or current is not None:
+                current = None if r[6] == _NONE else r[6]
+                made_by = "put" if r[7] == _NONE else obj(r[7])
+                shape, dtype = obj(r[8]), obj(r[9])
+            if kind == STORAGE or current is not None:
                 next_storage += 1
                 storages[key] = (next_storage, dev, nbytes)
                 append(("i", t, tid, "memory", "alloc",
                         {"id": next_storage, "bytes": nbytes, "device": dev,
-                         "op": name_of(made_by), "shape": shape, "dtype": dtype}, None))
+                         "op": rec.name_of(made_by), "shape": shape, "dtype": dtype}, None))
             if current is not None:
                 append(("C", t, tid, "counter", _memory_name(memory, dev),
                         {"allocated": current}, None))
-            if kind == _HOLD:
+            if kind == HOLD:
                 append(("C", t, tid, "counter", "tensors", {"live": live}, None))
-        elif kind == _RELEASE:
-            t, tid, key, dev, current = r[1], r[2], r[3], obj(r[4]), r[5]
+        elif kind == RELEASE:
+            key, dev, current = r[3], obj(r[4]), r[5]
             live -= 1
-            if current is not None:
+            if current != _NONE:
                 entry = storages.pop(key, None)
                 if entry is not None:
                     append(("i", t, tid, "memory", "free",
@@ -373,8 +642,6 @@ def _expand(rec, log):
                 append(("C", t, tid, "counter", _memory_name(memory, dev),
                         {"allocated": current}, None))
             append(("C", t, tid, "counter", "tensors", {"live": live}, None))
-        else:
-            append(r)
     return out
 
 

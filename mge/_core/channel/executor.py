@@ -61,7 +61,12 @@ class Executor:
 
     def _process(self, cmd):
         if _prof is not None:  # profiler: the command as a span on the thread that runs it
-            _prof.command(_process_def, self, cmd)
+            rec = _prof
+            rec.enter_command(self, cmd)
+            try:
+                _process_cmd(self, cmd)
+            finally:
+                rec.exit_command()
             return
         _process_cmd(self, cmd)
 
@@ -246,10 +251,6 @@ def _process_cmd(ex, cmd):
                 cmd.dest.error = e
             ex.errors.append(e)
             ex.cv.notify_all()
-
-
-def _process_def(ex, cmd):
-    _process_cmd(ex, cmd)  # (for the profiler's span)
 
 
 def _execute_def(device, op, values, outputs, reuse):

@@ -106,7 +106,12 @@ class CpuDevice:
         ``reuse``: positions of inputs whose tensors this op freed (see ``base.Device``).
         """
         if _prof is not None:  # profiler: the kernel as a span on the thread that runs it
-            return _prof.kernel(_execute_def, self, op, inputs, descs, reuse)
+            rec = _prof
+            if rec.enter_kernel(self, op, descs, reuse):
+                try:
+                    return self._execute(op, inputs, descs, reuse)
+                finally:
+                    rec.exit_kernel()
         return self._execute(op, inputs, descs, reuse)
 
     @cython.cfunc
@@ -167,11 +172,6 @@ class CpuDevice:
                     return outs
         return None
 
-
-def _execute_def(dev, op, inputs, descs, reuse):
-    # the door's body, for the profiler's span
-    cpu: CpuDevice = dev
-    return cpu._execute(op, inputs, descs, reuse)
 
 
 def _lookup(op, cls):
