@@ -10,6 +10,10 @@ def _seed():
     np.random.seed(0)
     mge.random.seed(0) if hasattr(mge.random, "seed") else None
     yield
+    # a test that labelled a tensor "nhwc" put the format layer on the stack: the next test
+    # starts with the stack as it was
+    from mge.core import _format
+    _format.uninstall()
 
 
 def pytest_report_header(config):
