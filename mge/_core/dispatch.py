@@ -76,7 +76,11 @@ _chains = stack.chains
 
 
 _top = None  # a running jit.trace's hook for top-level calls (set_top_hook), or None
-_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+if cython.compiled:  # (its door methods are C calls)
+    from cython.cimports.mge._core.profile_recorder_c import Recorder as _Recorder
+else:
+    _Recorder = object
+_prof = cython.declare(_Recorder, None)  # the running profiler's Recorder (mge/_core/profiler.py)
 
 
 def _set_profiler(rec):

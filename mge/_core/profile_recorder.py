@@ -41,8 +41,6 @@ _LENGTH = (4, 5, 3, 6, 8, 8, 10, 9, 6)
 _NONE = -1  # "no object" in a field that holds a table number
 
 
-@cython.cfunc
-@cython.inline
 def _now() -> cython.longlong:
     # time.perf_counter_ns: CLOCK_MONOTONIC on Linux (read in C when compiled)
     if cython.compiled:
@@ -53,8 +51,6 @@ def _now() -> cython.longlong:
         return _clock()
 
 
-@cython.cfunc
-@cython.inline
 def _length(kind: cython.longlong) -> cython.Py_ssize_t:
     # _LENGTH[kind], in C
     if kind == END:
@@ -72,16 +68,9 @@ def _length(kind: cython.longlong) -> cython.Py_ssize_t:
     return 10
 
 
-@cython.cclass
 class _ThreadState:
     """One thread's state in a profile."""
 
-    index = cython.declare(cython.longlong, visibility="public")  # its number in the records
-    ident = cython.declare(object, visibility="public")           # threading.get_ident()
-    stack = cython.declare(list, visibility="public")     # open spans (begin/end): (cat, name)
-    flow = cython.declare(cython.longlong, visibility="public")   # flow id the next kernel ends
-    made_by = cython.declare(cython.longlong, visibility="public")  # the op its kernel last ran
-    kernel = cython.declare(cython.longlong, visibility="public")   # the op of its open kernel
 
     def __init__(self, index, ident):
         self.index = index
@@ -92,16 +81,8 @@ class _ThreadState:
         self.kernel = _NONE
 
 
-@cython.cclass
 class _Log:
     """A growing buffer of 64-bit integers (C memory when compiled)."""
-
-    if cython.compiled:
-        data = cython.declare(cython.p_longlong)
-    else:
-        data = cython.declare(list)
-    size = cython.declare(cython.Py_ssize_t, visibility="public")
-    capacity = cython.declare(cython.Py_ssize_t)
 
     def __init__(self):
         self.size = 0
@@ -115,7 +96,6 @@ class _Log:
         if cython.compiled:
             PyMem_Free(self.data)
 
-    @cython.cfunc
     def _room(self, n: cython.Py_ssize_t) -> cython.bint:
         # space for n more values (compiled: doubles the C buffer)
         if cython.compiled:
@@ -129,7 +109,6 @@ class _Log:
                 self.capacity = cap
         return True
 
-    @cython.cfunc
     def put(self, a: cython.longlong, b: cython.longlong, c: cython.longlong,
             d: cython.longlong = 0, e: cython.longlong = 0, f: cython.longlong = 0,
             g: cython.longlong = 0, h: cython.longlong = 0, i: cython.longlong = 0,
@@ -167,41 +146,9 @@ class _Log:
         return list(self.data)
 
 
-@cython.cclass
 class Recorder:
     """Collects the events of one profile (created by ``mge._core.profiler.start``)."""
 
-    options = cython.declare(dict, visibility="public")
-    live = cython.declare(object, visibility="public")
-    kernels = cython.declare(cython.longlong, visibility="public")
-    sample_rate = cython.declare(cython.longlong, visibility="public")
-    profile_device = cython.declare(cython.bint, visibility="public")
-    backtrace = cython.declare(cython.bint, visibility="public")
-    start_ns = cython.declare(object, visibility="public")
-    start_wall_us = cython.declare(object, visibility="public")
-    stop_ns = cython.declare(object, visibility="public")
-    worker_tid = cython.declare(object, visibility="public")
-    main_tid = cython.declare(object, visibility="public")
-    thread_names = cython.declare(dict, visibility="public")
-    buf = cython.declare(_Log, visibility="public")
-    _names = cython.declare(dict)
-    _args = cython.declare(dict)
-    _objs = cython.declare(list)
-    _index = cython.declare(dict)
-    _threads = cython.declare(dict)
-    _thread_list = cython.declare(list)
-    _flows = cython.declare(cython.longlong)
-    _expanded = cython.declare(object)
-    _last_op = cython.declare(object)   # the op and device numbered last: an op's dispatch,
-    _last_op_i = cython.declare(cython.longlong)  # flow and kernel name the same op, and most
-    _last_dev = cython.declare(object)  # ops the same device (no hash, no lookup for them)
-    _last_dev_i = cython.declare(cython.longlong)
-    _last_dtype = cython.declare(object)
-    _last_shape = cython.declare(object)
-    _last_shape_i = cython.declare(cython.longlong)
-    _last_dtype_i = cython.declare(cython.longlong)
-    _last_tid = cython.declare(object)          # the thread seen last, and its state
-    _last_state = cython.declare(_ThreadState)
 
     def __init__(self, options=None):
         self.options = dict(options or {})
@@ -233,7 +180,7 @@ class Recorder:
         self._last_state = None
 
     # -- the tables ----------------------------------------------------------------------------------
-    @cython.cfunc
+
     def _ref(self, obj) -> cython.longlong:
         # obj's number in the table (None: _NONE; an unhashable object gets a number of its own)
         if obj is None:
@@ -249,28 +196,24 @@ class Recorder:
             self._objs.append(obj)
         return i
 
-    @cython.cfunc
     def _ref_op(self, op) -> cython.longlong:
         if op is not self._last_op:
             self._last_op_i = self._ref(op)
             self._last_op = op
         return self._last_op_i
 
-    @cython.cfunc
     def _ref_dev(self, dev) -> cython.longlong:
         if dev is not self._last_dev:
             self._last_dev_i = self._ref(dev)
             self._last_dev = dev
         return self._last_dev_i
 
-    @cython.cfunc
     def _ref_dtype(self, dtype) -> cython.longlong:
         if dtype is not self._last_dtype:
             self._last_dtype_i = self._ref(dtype)
             self._last_dtype = dtype
         return self._last_dtype_i
 
-    @cython.cfunc
     def _ref_shape(self, shape) -> cython.longlong:
         # (buffers come in runs of one shape: an equal tuple costs no hash)
         if shape is None:
@@ -280,7 +223,6 @@ class Recorder:
             self._last_shape = shape
         return self._last_shape_i
 
-    @cython.cfunc
     def _new(self, obj) -> cython.longlong:
         # a number for obj without looking it up (the rare events' tuples)
         self._objs.append(obj)
@@ -290,7 +232,6 @@ class Recorder:
         """The object a record names by number ``i``."""
         return None if i == _NONE else self._objs[i]
 
-    @cython.cfunc
     def _local(self) -> _ThreadState:
         # this thread's state (a dict by thread ident: cheaper than threading.local)
         if cython.compiled:
@@ -309,7 +250,7 @@ class Recorder:
         return st
 
     # -- the rare events (kept as plain tuples, named by number) -------------------------------------
-    @cython.cfunc
+
     def _plain(self, local: _ThreadState, event: tuple):
         self.buf.put(PLAIN, event[1], local.index, self._new(event))
 
@@ -361,6 +302,7 @@ class Recorder:
             self.end(depth)
 
     # -- the doors (the per-op path) -----------------------------------------------------------------
+
     def enter_dispatch(self, op):
         """``dispatch.apply`` begins ``op``: a span (its parameters in ``args``) until
         ``exit_dispatch``."""
@@ -387,7 +329,6 @@ class Recorder:
         return [f"{f.filename}:{f.lineno} {f.name}" for f in traceback.extract_stack(limit=16)
                 if _RUNTIME not in f.filename][-12:]
 
-    @cython.cfunc
     def _flow_start(self, local: _ThreadState, what, op) -> cython.longlong:
         self._flows += 1
         self.buf.put(FLOW, _now(), local.index, self._ref(what), self._ref_op(op), self._flows)
@@ -475,6 +416,7 @@ class Recorder:
         self.counter("memory sample", {str(k): v for k, v in current.items()})
 
     # -- memory --------------------------------------------------------------------------------------
+
     def hold(self, key, owner, nbytes, dev, current):
         """A tensor holds a buffer; ``current`` is the device's bytes when the storage is new,
         ``None`` when another tensor holds it already."""
@@ -499,6 +441,7 @@ class Recorder:
                      _NONE if current is None else current)
 
     # -- waits, DTR ----------------------------------------------------------------------------------
+
     def wait(self, fn, ch, info):
         """The caller waits for ``info``'s value (``Channel._wait``)."""
         args = {"shape": None if info.shape is None else list(info.shape),

@@ -81,7 +81,11 @@ __all__ = ["Channel", "get_channel", "infer_outputs", "UnusableTensorError", "As
            "HOST_COMPUTE_SIZE"]
 
 _get_ident = threading.get_ident
-_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+if cython.compiled:  # (its door methods are C calls)
+    from cython.cimports.mge._core.profile_recorder_c import Recorder as _Recorder
+else:
+    _Recorder = object
+_prof = cython.declare(_Recorder, None)  # the running profiler's Recorder (mge/_core/profiler.py)
 
 
 def _set_profiler(rec):

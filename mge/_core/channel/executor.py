@@ -40,7 +40,11 @@ APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION = (
 
 __all__ = ["Executor", "unusable", "UnusableTensorError", "size_of"]
 
-_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+if cython.compiled:  # (its door methods are C calls)
+    from cython.cimports.mge._core.profile_recorder_c import Recorder as _Recorder
+else:
+    _Recorder = object
+_prof = cython.declare(_Recorder, None)  # the running profiler's Recorder (mge/_core/profiler.py)
 
 
 def _set_profiler(rec):

@@ -20,7 +20,11 @@ _accel.guard(__name__)
 __all__ = ["MemoryStats"]
 
 _ndarray = np.ndarray
-_prof = cython.declare(object, None)  # the running profiler's Recorder (mge/_core/profiler.py)
+if cython.compiled:  # (its door methods are C calls)
+    from cython.cimports.mge._core.profile_recorder_c import Recorder as _Recorder
+else:
+    _Recorder = object
+_prof = cython.declare(_Recorder, None)  # the running profiler's Recorder (mge/_core/profiler.py)
 
 
 def _set_profiler(rec):
