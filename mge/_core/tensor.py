@@ -14,6 +14,9 @@ _dispatch = _accel.load("mge._core.dispatch")
 apply = _dispatch.apply
 _channel = get_channel()
 F = None  # mge.functional, bound by mge/__init__.py (the functional layer imports this module)
+# astype to or from a quantized dtype, bound by mge.core.tensor.dtype (which defines them; the
+# runtime does not import the API layer)
+QUANTIZED_TYPECVT = None
 
 __all__ = ["Tensor", "Parameter"]
 
@@ -275,8 +278,10 @@ class Tensor:
         if dtype.metadata is not None or mine.metadata is not None:  # quantized: rescales
             if dtype == mine and dtype.metadata == mine.metadata:
                 return self
-            from ..core.tensor.dtype import _typecvt_quantized
-            return _typecvt_quantized(self, dtype)
+            if QUANTIZED_TYPECVT is None:
+                raise NotImplementedError(f"astype: converting {mine} to {dtype} needs "
+                                          "mge.core.tensor.dtype (quantized dtypes)")
+            return QUANTIZED_TYPECVT(self, dtype)
         if dtype == mine:
             return self
         return apply(TypeCvt(dtype), self)[0]

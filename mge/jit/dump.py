@@ -413,6 +413,11 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
                       [c["entry"] for c in constants])
 
 
+#: Other formats ``trace.dump(format=...)`` writes: name -> (its option names, writer).  A
+#: writer module registers itself here (``onnx_export.py``: ``"onnx"``), so this module imports
+#: none of them.
+FORMATS = {}
+
 _DUMP_IGNORED = frozenset({"no_assert", "maxerr", "resize_input", "input_transform", "dump_format",
                            "model_version"})
 
@@ -424,28 +429,30 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     ``traced`` is an ``mge.jit.trace``.  Positional tensor arguments are named ``arg_<i>`` (or
     by ``arg_names``), keyword tensors by their keyword; results ``output_<i>`` (or by
     ``output_names``), or by their keys when the function returned a dict of tensors.
-    ``ignored`` holds the other keywords: ``format`` (``"mge"``, the default, or ``"onnx"``:
-    ``mge.jit.onnx_export``, which also takes ``opset``) and MegEngine's extra keywords
+    ``ignored`` holds the other keywords: ``format`` (``"mge"``, the default, or one of
+    :data:`FORMATS`: ``"onnx"``, ``mge.jit.onnx_export``, which also takes ``opset``) and
+    MegEngine's extra keywords
     (``TypeError`` for one MegEngine lacks).
     """
     ignored = dict(ignored or {})
     fmt = ignored.pop("format", "mge")
-    if fmt not in ("mge", "onnx"):
-        raise ValueError(f"trace.dump: unknown format {fmt!r} (expected 'mge' or 'onnx')")
+    if fmt != "mge" and fmt not in FORMATS:
+        known = ", ".join(repr(f) for f in ("mge",) + tuple(FORMATS))
+        raise ValueError(f"trace.dump: unknown format {fmt!r} (expected {known})")
     options = {}
-    if fmt == "onnx":
-        from . import onnx_export  # (it imports this module: imported when asked for)
-        options = {k: ignored.pop(k) for k in onnx_export.DUMP_OPTIONS if k in ignored}
+    if fmt != "mge":
+        option_names, writer = FORMATS[fmt]
+        options = {k: ignored.pop(k) for k in option_names if k in ignored}
         if append:
-            raise ValueError("trace.dump: append=True is for mge model files; an ONNX file holds "
-                             "one model")
+            raise ValueError(f"trace.dump: append=True is for mge model files; an {fmt} file "
+                             "holds one model")
     for k in ignored:
         if k not in _DUMP_IGNORED and not k.startswith("enable_"):
             raise TypeError(f"trace.dump() got an unexpected keyword argument {k!r}")
     rec, names, output_names, out_tree = dump_names(traced, arg_names, output_names)
     _check_inference(rec)
-    if fmt == "onnx":
-        onnx_export.save_onnx(rec, file, names, output_names, user_info=user_info, **options)
+    if fmt != "mge":
+        writer(rec, file, names, output_names, user_info=user_info, **options)
         return None
     return save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
                 append=append)

@@ -35,7 +35,7 @@ from .._core.ops.nn_pool import AdaptivePooling, Pooling
 from .._core.ops.reduce import Argmax, Argmin, CumSum, Reduce, normalize_axes, reduced_shape
 from .._core.ops.shape import (AddAxis, Broadcast, Concat, Dimshuffle, Gather, RemoveAxis, Repeat,
                                Reshape, Split, Stack, Tile, Where)
-from . import dump as _dump
+from .dump import FORMATS, _check_names, _mge_version, _needed_ops, dump_names
 
 __all__ = ["export_onnx", "to_onnx", "save_onnx", "OnnxExportError", "DEFAULT_OPSET",
            "MIN_OPSET"]
@@ -705,9 +705,9 @@ def to_onnx(recording, arg_names=None, output_names=None, opset=DEFAULT_OPSET, *
         raise ValueError("ONNX export: the recording is not finished (the traced function is "
                          "running)")
     n_args, n_outs = len(rec.args), len(rec.outputs)
-    arg_names = _dump._check_names(arg_names or [f"arg_{i}" for i in range(n_args)], n_args,
+    arg_names = _check_names(arg_names or [f"arg_{i}" for i in range(n_args)], n_args,
                                    "ONNX export: arg_names")
-    output_names = _dump._check_names(output_names or [f"output_{i}" for i in range(n_outs)],
+    output_names = _check_names(output_names or [f"output_{i}" for i in range(n_outs)],
                                       n_outs, "ONNX export: output_names")
     _check_unique(arg_names, output_names)
     g = _Graph(onnx, opset, list(arg_names) + list(output_names))
@@ -715,7 +715,7 @@ def to_onnx(recording, arg_names=None, output_names=None, opset=DEFAULT_OPSET, *
     names = {}  # var -> ONNX name
     for name, v in zip(arg_names, rec.args):
         names.setdefault(v, name)
-    keep = _dump._needed_ops(rec, rec.outputs)
+    keep = _needed_ops(rec, rec.outputs)
     value_info = []
     for k in keep:
         op, ins, outs = rec.ops[k]
@@ -743,7 +743,7 @@ def to_onnx(recording, arg_names=None, output_names=None, opset=DEFAULT_OPSET, *
                                    value_info=value_info)
     opsets = [onnx.helper.make_opsetid("", opset)]
     model = onnx.helper.make_model(graph, opset_imports=opsets, producer_name="mge",
-                                   producer_version=_dump._mge_version(),
+                                   producer_version=_mge_version(),
                                    ir_version=onnx.helper.find_min_ir_version_for(opsets))
     if user_info is not None:
         onnx.helper.set_model_props(model, {"mge.user_info": _json_text(user_info)})
@@ -824,5 +824,8 @@ def export_onnx(traced, file, arg_names=None, output_names=None, opset=DEFAULT_O
     """
     if not getattr(traced, "capture_as_const", False):
         raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
-    rec, names, out_names, _ = _dump.dump_names(traced, arg_names, output_names)
+    rec, names, out_names, _ = dump_names(traced, arg_names, output_names)
     return save_onnx(rec, file, names, out_names, opset, user_info=user_info)
+
+
+FORMATS["onnx"] = (DUMP_OPTIONS, save_onnx)  # trace.dump(format="onnx")

@@ -14,6 +14,7 @@ from collections import namedtuple
 
 import numpy as np
 
+from ..._core import _accel
 from .._imperative_rt.common import get_scale, get_zero_point, is_dtype_equal, is_quantize
 
 try:
@@ -237,3 +238,8 @@ def __getattr__(name):
                           "defined in its C++ extension; mge does not provide them "
                           "(docs/differences.rst)")
     raise AttributeError(f"module 'mge.core.tensor.dtype' has no attribute {name!r}")
+
+
+# Tensor.astype converts to and from quantized dtypes through this module (mge._core does not
+# import the API layer: it is told here)
+_accel.load("mge._core.tensor").QUANTIZED_TYPECVT = _typecvt_quantized
