@@ -2,6 +2,9 @@
 # includes this file so that the event sites cimport the Recorder type and call its door methods
 # as C functions.
 
+# The record kinds and "no object": C constants (a module global costs a dict lookup per use).
+cdef long long PLAIN, DISPATCH, END, FLOW, COMMAND, KERNEL, HOLD, STORAGE, RELEASE, _NONE
+
 cdef long long _now()
 cdef Py_ssize_t _length(long long kind)
 
@@ -43,21 +46,20 @@ cdef class Recorder:
     cdef dict _args
     cdef list _objs
     cdef dict _index
+    cdef void *_seen_ptr[32]
+    cdef long long _seen_index[32]
     cdef dict _threads
     cdef list _thread_list
     cdef long long _flows
     cdef object _expanded
-    cdef object _last_op
-    cdef long long _last_op_i
-    cdef object _last_dev
-    cdef long long _last_dev_i
     cdef object _last_dtype
     cdef long long _last_dtype_i
     cdef object _last_shape
     cdef long long _last_shape_i
-    cdef object _last_tid
+    cdef unsigned long _last_tid
     cdef _ThreadState _last_state
     cdef long long _ref(self, obj) except? -2
+    cdef long long _ref_same(self, obj) except? -2
     cdef long long _ref_op(self, op) except? -2
     cdef long long _ref_dev(self, dev) except? -2
     cdef long long _ref_dtype(self, dtype) except? -2

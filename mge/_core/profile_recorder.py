@@ -172,11 +172,11 @@ class Recorder:
         self._objs = []   # what the records name by number
         self._index = {}  # hashable object -> its number
         self._expanded = None
-        self._last_op = self._last_dev = self._last_dtype = None
-        self._last_op_i = self._last_dev_i = self._last_dtype_i = _NONE
+        self._last_dtype = None
+        self._last_dtype_i = _NONE
         self._last_shape = None
         self._last_shape_i = _NONE
-        self._last_tid = None
+        self._last_tid = 0  # (0: no thread yet; a thread's ident is never 0)
         self._last_state = None
 
     # -- the tables ----------------------------------------------------------------------------------
@@ -196,17 +196,27 @@ class Recorder:
             self._objs.append(obj)
         return i
 
+    def _ref_same(self, obj) -> cython.longlong:
+        # obj's number, found by identity in a small table of the objects named last: ops and
+        # devices, whose hash and equality are Python code.  (The table ``_objs`` holds every
+        # object named, so an address seen here cannot be another object's while we live.)
+        if cython.compiled:
+            p: cython.p_void = cython.cast(cython.p_void, obj)
+            a: cython.size_t = cython.cast(cython.size_t, p) >> 4  # (objects are 16-aligned)
+            h: cython.size_t = (a ^ (a >> 5) ^ (a >> 10)) & 31
+            if self._seen_ptr[h] == p:
+                return self._seen_index[h]
+            i: cython.longlong = self._ref(obj)
+            self._seen_ptr[h] = p
+            self._seen_index[h] = i
+            return i
+        return self._ref(obj)
+
     def _ref_op(self, op) -> cython.longlong:
-        if op is not self._last_op:
-            self._last_op_i = self._ref(op)
-            self._last_op = op
-        return self._last_op_i
+        return self._ref_same(op)
 
     def _ref_dev(self, dev) -> cython.longlong:
-        if dev is not self._last_dev:
-            self._last_dev_i = self._ref(dev)
-            self._last_dev = dev
-        return self._last_dev_i
+        return self._ref_same(dev)
 
     def _ref_dtype(self, dtype) -> cython.longlong:
         if dtype is not self._last_dtype:
@@ -235,10 +245,10 @@ class Recorder:
     def _local(self) -> _ThreadState:
         # this thread's state (a dict by thread ident: cheaper than threading.local)
         if cython.compiled:
-            tid = PyThread_get_thread_ident()
+            tid: cython.ulong = PyThread_get_thread_ident()
         else:
             tid = _get_ident()
-        if tid == self._last_tid:
+        if tid == self._last_tid:  # (a C comparison, no int object)
             return self._last_state
         st = self._threads.get(tid)
         if st is None:
@@ -331,7 +341,8 @@ class Recorder:
 
     def _flow_start(self, local: _ThreadState, what, op) -> cython.longlong:
         self._flows += 1
-        self.buf.put(FLOW, _now(), local.index, self._ref(what), self._ref_op(op), self._flows)
+        self.buf.put(FLOW, _now(), local.index, self._ref_same(what), self._ref_op(op),
+                     self._flows)
         return self._flows
 
     def flow_command(self, cmd):
