@@ -889,6 +889,152 @@ _op("Barrier", {"comp_node": None, "nr_outputs": 0},
         "event (its output), with 0 it waits for one.  mge's channel keeps issue order across "
         "devices, so it orders nothing further.", _apply=_barrier_apply)
 
+
+# -- the rest of MegEngine's op classes ------------------------------------------------------------
+# Their parameters are generated from MegEngine's param definitions (``_builtin_params.py``).  The
+# ones below with an ``_apply`` run over mge.functional; the others raise NotImplementedError naming
+# the op when applied (the class exists so that code building or inspecting them imports).
+
+
+def _nchw_only(self):
+    fmt = self._values.get("format")
+    if fmt is not None and str.upper(fmt) != "NCHW":
+        raise NotImplementedError(f"{type(self).__name__} format {fmt}: mge computes NCHW only")
+
+
+def _pooling_apply(self, inputs):
+    _nchw_only(self)
+    (x,) = inputs[:1]
+    kw = dict(kernel_size=(int(self.window_h), int(self.window_w)),
+              stride=(int(self.stride_h), int(self.stride_w)),
+              padding=(int(self.pad_h), int(self.pad_w)))
+    if str.upper(self.mode) == "MAX":
+        return (_F().max_pool2d(x, **kw),)
+    mode = "average" if str.upper(self.mode) == "AVERAGE" else "average_count_exclude_padding"
+    return (_F().avg_pool2d(x, mode=mode, **kw),)
+
+
+def _adaptive_pooling_apply(self, inputs):
+    _nchw_only(self)
+    x = inputs[0]
+    shape = _ints(inputs[1]) if len(inputs) > 1 else tuple(int(v) for v in self.shape)
+    if str.upper(self.mode) == "MAX":
+        return (_F().adaptive_max_pool2d(x, shape),)
+    if str.upper(self.mode) == "AVERAGE_COUNT_EXCLUDE_PADDING":
+        raise NotImplementedError("AdaptivePooling mode AVERAGE_COUNT_EXCLUDE_PADDING has no "
+                                  "kernel in mge")
+    return (_F().adaptive_avg_pool2d(x, shape),)
+
+
+_NONLINE = {"IDENTITY": None, "RELU": "relu", "SIGMOID": "sigmoid", "H_SWISH": "hswish"}
+
+
+def _conv_bias_apply(self, inputs):
+    if len(inputs) > 3:
+        raise NotImplementedError("ConvBias with a residual input z: not supported by mge")
+    x, weight = inputs[:2]
+    weight, (stride, pad, dil, groups, cm) = _conv_args(self, weight)
+    y = _apply(_ops.Convolution(stride, pad, dil, groups, cm), x, weight)[0]
+    if len(inputs) > 2:
+        y = _m("add", y, inputs[2])
+    act = _NONLINE[str.upper(self.nonlineMode)]
+    if act is not None:
+        y = getattr(_F(), act)(y)
+    if self.dtype is not None:
+        y = y.astype(self.dtype)
+    return (y,)
+
+
+def _pixel_shuffle_apply(self, inputs):
+    return (_F().pixel_shuffle(inputs[0], int(self.factor)),)
+
+
+def _masked_fill_apply(self, inputs):
+    x, mask = inputs[:2]
+    fill = _F().full_like(x, self.value)
+    return (_F().where(mask.astype("bool") if mask.dtype != np.bool_ else mask, fill, x),)
+
+
+def _fill_like_apply(self, inputs):
+    (x,) = inputs[:1]
+    y = _F().full_like(x, self.value)
+    if self.comp_node is not None:
+        y = _apply(_ops.Copy(_device(self.comp_node, inputs)), y)[0]
+    return (y,)
+
+
+_GENERATED_APPLY = {"Pooling": _pooling_apply, "AdaptivePooling": _adaptive_pooling_apply,
+                    "ConvBias": _conv_bias_apply, "PixelShuffle": _pixel_shuffle_apply,
+                    "MaskedFill": _masked_fill_apply, "FillLike": _fill_like_apply}
+
+
+def _generated_op(name, fields):
+    params, enums, attrs = {}, {}, {}
+    for field, default, enum in fields:
+        if isinstance(default, tuple) and default[0] == "strategy":
+            default = _Strategy(default[1])
+            enums[field] = _Strategy
+            attrs["Strategy"] = _Strategy
+        elif isinstance(default, tuple) and default[0] == "dtype":
+            default = np.dtype(default[1])
+            enums[field] = _dtype
+        elif field == "dtype":
+            enums[field] = _dtype
+        if enum is not None:
+            ename, members = enum
+            cls = attrs.get(ename) or _make_enum(f"{name}.{ename}", list(members))
+            attrs[ename] = cls
+            default = cls.convert(default)
+            enums[field] = cls.convert
+        params[field] = default
+    run = _GENERATED_APPLY.get(name)
+    if run is not None:
+        attrs["_apply"] = run
+        doc = f"MegEngine's ``{name}`` op (run over mge.functional)."
+    else:
+        doc = (f"MegEngine's ``{name}`` op.  mge has no kernel for it: applying it raises "
+               "``NotImplementedError``.")
+    _op(name, params, enums, doc, **attrs)
+
+
+def _define_generated():
+    from ._builtin_params import OP_PARAMS
+    for name, fields in OP_PARAMS.items():
+        if name not in globals():
+            _generated_op(name, fields)
+
+
+_define_generated()
+
+#: MegEngine's ``OpDef``: the base class of every op class (mge's :class:`BuiltinOp`)
+OpDef = BuiltinOp
+__all__.append("OpDef")
+
+
+class PyOpBase(BuiltinOp):
+    """MegEngine's base of ops written in Python (``PyOp``).  mge has no Python-op hook into
+    its runtime: subclass it to keep such code importable; applying one raises
+    ``NotImplementedError``."""
+
+    def _apply(self, inputs):
+        raise NotImplementedError(f"{type(self).__name__}: mge does not run Python ops "
+                                  "(PyOpBase) through apply")
+
+
+__all__.append("PyOpBase")
+
+
+def backup_keys():
+    """MegEngine's list of the keys of its op classes saved for a reload of the op module (it
+    rebinds them after ``importlib.reload``); mge's op classes are plain Python, so this is the
+    names of this module's op classes."""
+    return [n for n in __all__ if isinstance(globals().get(n), type)
+            and issubclass(globals()[n], BuiltinOp)]
+
+
+__all__.append("backup_keys")
+
+
 def apply(op, *inputs):
     """Apply ``op`` (a class of this module or an mge op) to ``inputs``: a tuple of tensors."""
     if isinstance(op, BuiltinOp):
