@@ -27,6 +27,7 @@ from . import dtr  # noqa: E402,F401
 from . import distributed  # noqa: E402,F401  (a world of one process; MPI is issue 15)
 from . import data  # noqa: E402,F401  (lazy: its submodules load on first use)
 from . import utils  # noqa: E402,F401  (lazy: profiler, profile_analyze, module_stats)
+from . import hub  # noqa: E402,F401  (megengine.hub: hubconf entry points, pretrained weights)
 from .serialization import load, save  # noqa: E402
 from ._core.plugins import load_plugins as _load_plugins  # noqa: E402
 
