@@ -29,9 +29,20 @@ from . import data  # noqa: E402,F401  (lazy: its submodules load on first use)
 from . import utils  # noqa: E402,F401  (lazy: profiler, profile_analyze, module_stats)
 from . import hub  # noqa: E402,F401  (megengine.hub: hubconf entry points, pretrained weights)
 from .serialization import load, save  # noqa: E402
+from .logger import enable_debug_log, get_logger, set_log_file, set_log_level  # noqa: E402
+from .device import (coalesce_free_memory, get_cuda_compute_capability,  # noqa: E402,F401
+                     get_cuda_device_property, get_cuda_driver_version, get_cuda_version,
+                     get_cudnn_version, get_max_reserved_memory, get_mem_status_bytes,
+                     get_reserved_memory, set_prealloc_config)
 from ._core.plugins import load_plugins as _load_plugins  # noqa: E402
 
 _load_plugins()
+
+
+def check_misc():
+    """MegEngine checks its install at import (CUDA module loading mode, conflicting
+    megbrain/megenginelite packages, Termux's OpenCV); mge depends on none of them, so there is
+    nothing to check (returns ``None``)."""
 
 
 def _full_sync():
@@ -48,4 +59,9 @@ def _sync():
 
 __all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "autodiff", "config", "core",
            "device", "module", "optimizer", "dtr", "distributed", "jit", "data", "utils", "save", "load", "get_default_device", "set_default_device", "is_cuda_available", "get_device_count",
-           "get_allocated_memory", "get_max_allocated_memory", "reset_max_memory_stats", "__version__"]
+           "get_allocated_memory", "get_max_allocated_memory", "reset_max_memory_stats", "__version__",
+           "check_misc", "get_logger", "set_log_level", "set_log_file", "enable_debug_log",
+           "get_mem_status_bytes", "coalesce_free_memory", "set_prealloc_config",
+           "get_reserved_memory", "get_max_reserved_memory", "get_cuda_version",
+           "get_cudnn_version", "get_cuda_driver_version", "get_cuda_compute_capability",
+           "get_cuda_device_property"]

@@ -9,7 +9,10 @@ from ._core.device.registry import _cuda_available
 
 __all__ = ["get_default_device", "set_default_device", "CompNode", "is_cuda_available",
            "get_device_count", "get_allocated_memory", "get_max_allocated_memory",
-           "reset_max_memory_stats"]
+           "reset_max_memory_stats", "get_mem_status_bytes", "get_reserved_memory",
+           "get_max_reserved_memory", "coalesce_free_memory", "set_prealloc_config",
+           "get_cuda_compute_capability", "get_cuda_device_property", "get_cuda_version",
+           "get_cudnn_version", "get_cuda_driver_version", "DeviceType"]
 
 
 def is_cuda_available():
@@ -17,7 +20,7 @@ def is_cuda_available():
     return _cuda_available()
 
 
-def get_device_count(device_type="cpu"):
+def get_device_count(device_type):
     """Number of devices of ``device_type`` ("cpu" or "gpu"/"cuda")."""
     if device_type in ("gpu", "cuda"):
         return 1 if is_cuda_available() else 0
@@ -46,3 +49,106 @@ def reset_max_memory_stats(device=None):
     """Start measuring the peak afresh from the current allocation."""
     memory, dev = _stats(device)
     memory.reset_peak(dev)
+
+
+class _DeviceTypeMember(int):
+    def __new__(cls, name, value):
+        m = int.__new__(cls, value)
+        m.name = name
+        return m
+
+    def __repr__(self):
+        return f"DeviceType.{self.name}"
+
+    __str__ = __repr__
+
+
+class DeviceType:
+    """MegEngine's ``CompNode.DeviceType`` (the device kinds)."""
+
+    UNSPEC = _DeviceTypeMember("UNSPEC", 0)
+    CUDA = _DeviceTypeMember("CUDA", 1)
+    CPU = _DeviceTypeMember("CPU", 2)
+    CAMBRICON = _DeviceTypeMember("CAMBRICON", 3)
+    ROCM = _DeviceTypeMember("ROCM", 4)
+    ATLAS = _DeviceTypeMember("ATLAS", 5)
+    MULTITHREAD = _DeviceTypeMember("MULTITHREAD", 6)
+
+
+def _no_cuda(what):
+    return RuntimeError(f"{what}: mge has no CUDA device yet (mge.is_cuda_available() is False)")
+
+
+def get_mem_status_bytes(device=None):
+    """``(total, free)`` bytes of the memory of ``device``: for the CPU, the machine's physical
+    memory and what is available of it (``MemAvailable`` of ``/proc/meminfo`` where there is
+    one)."""
+    dev = as_device(device)
+    if str(dev).lower().startswith(("gpu", "cuda")):
+        raise _no_cuda(f"get_mem_status_bytes({dev})")
+    total = free = 0
+    try:
+        with open("/proc/meminfo") as f:
+            info = {ln.split(":")[0]: int(ln.split()[1]) * 1024 for ln in f if ln.strip()}
+        total, free = info.get("MemTotal", 0), info.get("MemAvailable", info.get("MemFree", 0))
+    except (OSError, ValueError, IndexError):
+        import os
+        try:
+            total = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+            free = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_AVPHYS_PAGES")
+        except (ValueError, OSError, AttributeError):
+            pass
+    return total, free
+
+
+def get_reserved_memory(device=None):
+    """Bytes the allocator holds for ``device``.  mge keeps no memory pool (buffers are freed
+    when their last tensor goes), so this is :func:`get_allocated_memory`."""
+    return get_allocated_memory(device)
+
+
+def get_max_reserved_memory(device=None):
+    """The peak of :func:`get_reserved_memory` (= :func:`get_max_allocated_memory`: no pool)."""
+    return get_max_allocated_memory(device)
+
+
+def coalesce_free_memory():
+    """MegEngine merges the free blocks of its memory pool; mge keeps no pool, so there is
+    nothing to merge (returns ``None``)."""
+    get_channel().wait_idle()
+
+
+def set_prealloc_config(alignment=1, min_req=32 * 1024 * 1024, max_overhead=0, growth_factor=2.0,
+                        device_type=DeviceType.CUDA):
+    """MegEngine's preallocation policy of its CUDA memory pool.  The arguments are checked as
+    MegEngine checks them; mge has no CUDA device and no pool, so they configure nothing."""
+    assert alignment > 0, "alignment must be positive"
+    assert min_req > 0, "min_req must be positive"
+    assert max_overhead >= 0, "max_overhead must be non-negative"
+    assert growth_factor >= 1, "growth_factor must be at least 1"
+
+
+def get_cuda_compute_capability(device, device_type=DeviceType.CUDA):
+    """The compute capability (``major * 10 + minor``) of CUDA device ``device``: raises
+    ``RuntimeError`` (mge has no CUDA device yet)."""
+    raise _no_cuda("get_cuda_compute_capability")
+
+
+def get_cuda_device_property(device, device_type=DeviceType.CUDA):
+    """The properties of CUDA device ``device``: raises ``RuntimeError`` (no CUDA device yet)."""
+    raise _no_cuda("get_cuda_device_property")
+
+
+def get_cuda_version():
+    """The CUDA runtime version mge was built with: raises ``RuntimeError`` (no CUDA device)."""
+    raise _no_cuda("get_cuda_version")
+
+
+def get_cudnn_version():
+    """The cuDNN version: raises ``RuntimeError`` (mge has no CUDA device yet)."""
+    raise _no_cuda("get_cudnn_version")
+
+
+def get_cuda_driver_version():
+    """The CUDA driver version: raises ``RuntimeError`` (mge has no CUDA device yet)."""
+    raise _no_cuda("get_cuda_driver_version")

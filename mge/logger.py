@@ -14,7 +14,7 @@ from functools import wraps
 
 __all__ = ["get_logger", "set_log_level", "set_log_file", "set_mgb_log_level",
            "replace_mgb_log_level", "enable_debug_log", "call_countlog_func",
-           "MegEngineLogFormatter"]
+           "MegEngineLogFormatter", "MegBrainLogFormatter"]
 
 _all_loggers = []
 _all_log_counter = Counter()
@@ -135,14 +135,17 @@ _logger = get_logger(__name__)
 _call_count_logger = get_logger("call count")
 
 
-class _MegBrainLogFormatter(MegEngineLogFormatter):
+class MegBrainLogFormatter(MegEngineLogFormatter):
+    """The format of the runtime's (``megbrain``) logger: MegEngine's, dated ``[mgb]``."""
+
     date = "%(asctime)s[mgb] "
 
     def _color_date(self, msg):
         return "\x1b[33m{}\x1b[0m".format(msg)
 
 
-_megbrain_logger = get_logger("megbrain", _MegBrainLogFormatter)
+_MegBrainLogFormatter = MegBrainLogFormatter
+_megbrain_logger = get_logger("megbrain", MegBrainLogFormatter)
 
 from .core._imperative_rt.utils import Logger as _RuntimeLogger  # noqa: E402
 

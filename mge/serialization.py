@@ -14,7 +14,9 @@ import numpy as np
 
 from .tensor import Parameter, Tensor
 
-__all__ = ["save", "load"]
+from .device import get_default_device  # noqa: E402,F401  (MegEngine's module has it too)
+
+__all__ = ["save", "load", "dmap", "max_recursion_limit", "get_default_device"]
 
 _DEVICE = re.compile(r"^([cxg]pu|rocm|multithread)(x|\d+)(:\d+)?$")  # MegEngine's _valid_device
 
@@ -87,6 +89,28 @@ class _MaxRecursionLimit:
 
     def __exit__(self, *exc):
         sys.setrecursionlimit(self.old)
+
+
+def max_recursion_limit():
+    """A context manager that raises Python's recursion limit (to 65536) while it is entered, as
+    ``save``/``load`` do for deeply nested objects."""
+    return _MaxRecursionLimit()
+
+
+class dmap:
+    """``with dmap(map_location): ...`` -- tensors unpickled in the block have their saved device
+    name passed through ``map_location`` (a function from a device name to a device), as inside
+    :func:`load`."""
+
+    def __init__(self, map_location):
+        self.map_location = map_location
+
+    def __enter__(self):
+        _map_locations.append(self.map_location)
+        return self
+
+    def __exit__(self, *exc):
+        _map_locations.pop()
 
 
 def save(obj, f, pickle_module=pickle, pickle_protocol=pickle.DEFAULT_PROTOCOL):

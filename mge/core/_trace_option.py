@@ -7,7 +7,14 @@ mge has no XLA backend: ``set_use_xla_backend(True)`` raises ``NotImplementedErr
 """
 import os
 
-__all__ = ["use_symbolic_shape", "set_symbolic_shape", "use_xla_backend", "set_use_xla_backend"]
+__all__ = ["use_symbolic_shape", "set_symbolic_shape", "use_xla_backend", "set_use_xla_backend",
+           "set_cpp_use_symbolic_shape"]
+
+
+def set_cpp_use_symbolic_shape(fn):
+    """MegEngine hands ``use_symbolic_shape`` to its C++ runtime here; mge's runtime reads this
+    module's flag, so there is nothing to hand over."""
+    del fn
 
 _use_symbolic_shape = bool(os.environ.get("MEGENGINE_USE_SYMBOLIC_SHAPE"))
 

@@ -21,10 +21,17 @@ from .onnx_export import OnnxExportError, export_onnx
 
 __all__ = ["trace", "load", "export_onnx", "OnnxExportError", "exclude_from_trace", "is_tracing",
            "TraceError", "DTRConfig", "SublinearMemoryConfig", "GraphOptimizationConfig",
-           "partial_trace"]
+           "partial_trace", "xla_trace"]
 
 
 def partial_trace(func=None, **kwargs):
     """MegEngine's ``partial_trace`` (tracing a module's parts for XLA): not implemented in mge."""
     raise NotImplementedError("mge.jit.partial_trace is not implemented (it serves MegEngine's "
                               "XLA backend); use mge.jit.trace")
+
+
+def xla_trace(function, *, without_host=True, symbolic_shape=False, **kwargs):
+    """MegEngine's ``xla_trace`` (compiling a traced function with XLA): mge has no XLA backend,
+    so this raises ``NotImplementedError``; use mge.jit.trace."""
+    raise NotImplementedError("mge.jit.xla_trace: mge has no XLA backend (XLA is out of its "
+                              "scope); use mge.jit.trace")

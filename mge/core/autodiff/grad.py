@@ -3,7 +3,15 @@ manager) and ``Function``, as mge's ``GradManager`` uses them (the ``grad`` plug
 from ...autodiff.function import Function
 from ...autodiff.grad_manager import _Grad
 
-__all__ = ["Grad", "Function", "get_grad_managers"]
+__all__ = ["Grad", "Function", "get_grad_managers", "GradKey"]
+
+
+def __getattr__(name):
+    # the grad plugin is loaded after mge's modules: its GradKey class is looked up on use
+    if name == "GradKey":
+        from .._imperative_rt.core2 import _grad_module
+        return _grad_module().GradKey
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 class Grad(_Grad):

@@ -22,8 +22,24 @@ from .dtype import is_dtype_equal, is_quantize  # noqa: F401
 __all__ = [
     "get_convert_inputs", "set_convert_inputs", "convert_single_value", "convert_inputs",
     "cast_tensors", "result_type", "isscalar", "setscalar", "astensor1d", "astype",
-    "make_shape_tuple", "subgraph", "subgraph_fn", "interpret_subgraph",
+    "make_shape_tuple", "subgraph", "subgraph_fn", "interpret_subgraph", "Function", "as_device",
+    "make_const",
 ]
+
+from ..autodiff.grad import Function  # noqa: E402
+
+
+def as_device(obj):
+    """``obj`` (a device name, ``CompNode`` or device; ``None``: the default) as mge's device."""
+    from ..._core.device import as_device as _as_device
+    return _as_device(obj)
+
+
+def make_const(*args, **kwargs):
+    """MegBrain's constant var of a computing graph: mge has no computing graph, so this raises
+    ``NotImplementedError`` (use ``Tensor(value, is_const=True)``)."""
+    raise NotImplementedError("make_const builds a var of MegBrain's computing graph, which mge "
+                              "does not have; use Tensor(value, is_const=True)")
 
 
 def get_convert_inputs():
