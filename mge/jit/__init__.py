@@ -24,7 +24,7 @@ __all__ = ["trace", "load", "export_onnx", "OnnxExportError", "exclude_from_trac
            "partial_trace", "xla_trace"]
 
 
-def partial_trace(func=None, **kwargs):
+def partial_trace(func=None, *, backend="default", without_host=True, **trace_options):
     """MegEngine's ``partial_trace`` (tracing a module's parts for XLA): not implemented in mge."""
     raise NotImplementedError("mge.jit.partial_trace is not implemented (it serves MegEngine's "
                               "XLA backend); use mge.jit.trace")
