@@ -595,15 +595,12 @@ def pixel_shuffle(inp, upscale_factor):
 
 from .math import normalize  # noqa: F401,E402  (MegEngine's F.nn re-exports it from F.math)
 
-deformable_conv2d = _not_implemented("deformable_conv2d")
-deformable_psroi_pooling = _not_implemented("deformable_psroi_pooling")
-local_conv2d = _not_implemented("local_conv2d")
-region_restricted_conv = _not_implemented("region_restricted_conv")
-sliding_window = _not_implemented("sliding_window")
-sliding_window_transpose = _not_implemented("sliding_window_transpose")
-remap = _not_implemented("remap")
-warp_affine = _not_implemented("warp_affine")
-warp_perspective = _not_implemented("warp_perspective")
+from ._nn_extra import (  # noqa: E402,F401  (sliding windows, local/deformable/RR convolutions)
+    deformable_conv2d, deformable_psroi_pooling, local_conv2d, region_restricted_conv,
+    sliding_window, sliding_window_transpose,
+)
 
 from .attention import multi_head_attention  # noqa: E402,F401  (composed in its own file)
 from .loss import *  # noqa: E402,F401,F403  (MegEngine: F.nn.cross_entropy and friends)
+from .metric import *  # noqa: E402,F401,F403  (MegEngine: F.nn.topk_accuracy)
+from .vision import *  # noqa: E402,F401,F403  (MegEngine: F.nn.remap, F.nn.interpolate, ...)

@@ -19,7 +19,7 @@ __all__ = [
     "arange", "broadcast_to", "concat", "cond_take", "copy", "diag", "expand_dims", "eye",
     "flatten", "full", "full_like", "gather", "imag", "linspace", "meshgrid", "ones", "ones_like",
     "polar", "repeat", "reshape", "roll", "scatter", "split", "squeeze", "stack", "swapaxes",
-    "tile", "transpose", "complex", "real", "where", "zeros", "zeros_like",
+    "tile", "transpose", "complex", "real", "where", "zeros", "zeros_like", "cumsum",
 ]
 
 _int32 = np.dtype("int32")
@@ -523,3 +523,6 @@ def imag(complex):
 def polar(abs, angle):
     """Not supported: mge has no complex dtypes.  Signature: ``polar(abs, angle)``."""
     _no_complex("polar")
+
+
+from .math import cumsum  # noqa: E402,F401  (MegEngine defines it in functional.tensor)
