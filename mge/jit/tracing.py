@@ -16,6 +16,7 @@ from .._core.channel import get_channel
 from .._core.errors import TraceError
 from .._core import profiler as _profiler  # profiler: trace record/replay spans (issue 13)
 from .._core.plugins import get_plugin
+from ..core._trace_option import set_symbolic_shape, use_symbolic_shape  # noqa: F401 (MegEngine's)
 from ..tensor import Tensor
 from .dump import dump_trace
 from .program import Programs
