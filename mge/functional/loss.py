@@ -115,9 +115,63 @@ def hinge_loss(pred, label, norm="L1", reduction="mean"):
 
 
 def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"):
-    """Connectionist temporal classification loss (not implemented in mge).
+    """The connectionist temporal classification loss (MegEngine's ``F.nn.ctc_loss``).
 
-    ``ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction='mean')`` raises
-    ``NotImplementedError``.
+    ``ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction='mean')``.
+
+    Args:
+        pred: ``(T, N, C)`` probabilities (after a softmax, blank included), not logits.
+        pred_lengths: ``(N,)`` number of time steps of each sequence.
+        label: ``(N, S)`` padded labels, or their concatenation ``(sum(label_lengths),)``;
+            no blanks.
+        label_lengths: ``(N,)`` label lengths (positive).
+        blank: the blank class.
+        reduction: ``'none'`` (per sample, ``(N,)``), ``'sum'``, or ``'mean'`` (MegEngine's:
+            the mean over samples of each loss divided by its label length).
+
+    Returns:
+        float32 loss.  Computed in float64 log-space (probabilities floored at float32's ``tiny``,
+        as MegEngine's ``_safelog``); differentiable with respect to ``pred``.
     """
-    raise NotImplementedError("ctc_loss is not implemented in mge")
+    import numpy as np
+    from .._core.ops.nn_extra import CTCLoss
+    from ..tensor import Tensor
+
+    def host(x):
+        return np.asarray(x.numpy() if isinstance(x, Tensor) else x)
+
+    if not isinstance(pred, Tensor):
+        pred = Tensor(np.asarray(pred, np.float32))
+    T, N, C = (int(s) for s in pred.shape)
+    plen, llen, lab = host(pred_lengths).reshape(-1), host(label_lengths).reshape(-1), host(label)
+    assert plen.size == N, \
+        "pred_lengths must be equal to batch_size {}, but got {}".format(N, plen.size)
+    assert llen.size == N, \
+        "label_lengths must be euqal to batch_size {}, but got {}".format(N, llen.size)
+    assert 0 <= blank < C, "blank must be in label range [0, {}), but got {}".format(C, blank)
+    assert plen.min() > 0 and plen.max() <= T, \
+        "pred_lengths must be in range ({}, {}], bug got min {}, max {}".format(
+            0, T, plen.min(), plen.max())
+    if lab.ndim == 1:  # concatenated labels -> (N, max length), padded with blanks
+        assert llen.min() > 0, "label lengths muse be positive"
+        assert lab.size == llen.sum(), "label size must be equal to sum(label_lengths)"
+        padded = np.full((N, int(llen.max())), blank, np.int32)
+        padded[np.arange(int(llen.max()))[None, :] < llen[:, None]] = lab
+        lab = padded
+    else:
+        S = lab.shape[1]
+        assert llen.min() > 0 and llen.max() <= S, \
+            "label_lengths must be in range ({}, {}], bug got min {}, max {}".format(
+                0, S, llen.min(), llen.max())
+    if reduction not in _REDUCTIONS:
+        raise ValueError("{} is not a valid value for reduction".format(reduction))
+    if pred.dtype != np.float32:
+        pred = pred.astype("float32")
+    loss = apply(CTCLoss(int(blank)), pred, Tensor(plen.astype(np.int32)),
+                 Tensor(lab.astype(np.int32)), Tensor(llen.astype(np.int32)))[0]
+    if reduction == "mean":
+        return apply(Reduce("mean", None, False),
+                     loss / Tensor(llen.astype(np.float32)))[0]
+    if reduction == "sum":
+        return apply(Reduce("sum", None, False), loss)[0]
+    return loss
