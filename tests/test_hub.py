@@ -382,3 +382,31 @@ def test_git_host_checks():
     ok = hub_fetcher.RepoFetcherBase._check_git_host
     assert ok("github.com") and ok("git.example.co.uk") and ok("10.0.0.1")
     assert not ok("bad host") and not ok("300.1.1.1") and not ok("localhost")
+
+
+# ---------------------------------------------------------------- the guide's example
+
+def test_guide_example_runs(tmp_path):
+    import pathlib
+    import textwrap
+    page = pathlib.Path(__file__).resolve().parent.parent / "docs" / "guides" / "hub.rst"
+    if not page.exists():
+        pytest.skip("docs/guides/hub.rst is not in this checkout")
+    lines = page.read_text(encoding="utf-8").splitlines()
+    blocks, i = [], 0
+    while i < len(lines):
+        if lines[i].strip() == ".. code-block:: python":
+            i += 1
+            body = []
+            while i < len(lines) and (not lines[i].strip() or lines[i].startswith("   ")):
+                body.append(lines[i])
+                i += 1
+            blocks.append(textwrap.dedent("\n".join(body)))
+        else:
+            i += 1
+    assert blocks
+    for code in blocks:
+        p = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120,
+                           cwd=str(tmp_path))
+        assert p.returncode == 0, p.stderr
+        assert "['tiny_linear']" in p.stdout
