@@ -410,3 +410,36 @@ def test_guide_example_runs(tmp_path):
                            cwd=str(tmp_path))
         assert p.returncode == 0, p.stderr
         assert "['tiny_linear']" in p.stdout
+
+
+# ---------------------------------------------------------------- http on the loopback
+
+@pytest.fixture
+def http_root(tmp_path):
+    """An HTTP server on 127.0.0.1 serving tmp_path/www (no network needed)."""
+    import functools
+    import http.server
+    import threading
+    www = tmp_path / "www"
+    www.mkdir()
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(www))
+    handler.func.log_message = lambda *a, **k: None
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield www, "http://127.0.0.1:{}".format(server.server_address[1])
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def test_http_download_and_404(tmp_path, http_root):
+    www, base = http_root
+    state, path = _weights(tmp_path, seed=4)
+    shutil.copy(str(path), str(www / "w.pkl"))
+    obj = hub.load_serialized_obj_from_url(base + "/w.pkl", str(tmp_path / "c"))
+    np.testing.assert_allclose(obj["weight"], state["weight"])
+    with pytest.raises(HTTPDownloadError, match=r"/missing\.pkl: HTTP 404"):
+        hub.load_serialized_obj_from_url(base + "/missing.pkl", str(tmp_path / "c"))
+    assert len(os.listdir(tmp_path / "c")) == 1

@@ -6,7 +6,7 @@ Load models from the entry points of a repo's ``hubconf.py``: a git repo ``"owne
 downloaded (and cached in ``$MGE_HOME/serialized``) by :func:`load_serialized_obj_from_url`.
 See the hub guide in ``docs/guides/hub.rst``.
 """
-from .exceptions import (
+from .exceptions import (  # noqa: F401  (also reachable as mge.hub.exceptions.X)
     FetcherError,
     GitCheckoutError,
     GitPullError,
