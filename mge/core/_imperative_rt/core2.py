@@ -404,3 +404,36 @@ __all__ += ["backward", "get_backward_closure", "set_grad", "get_grad_key", "is_
             "get_handle_id", "name_tensor", "group_start", "group_end", "FormatType", "DEFAULT",
             "NCHW", "NHWC", "get_auto_format_convert", "set_auto_format_convert",
             "is_tracing_module", "is_external_convert", "get_real", "get_imag"]
+
+
+# -- Python backtraces (MegEngine's profiler records them per op) ------------------------------------
+import itertools as _itertools  # noqa: E402
+import sys as _sys  # noqa: E402
+import threading as _threading  # noqa: E402
+
+_frame_ids = _itertools.count(1)
+_frame_local = _threading.local()
+
+
+def _mge_backtrace():
+    """The caller's Python stack, outermost frame first, one ``File "...", line N, in name`` line
+    per frame (as MegEngine's ``_mge_backtrace``, without source lines)."""
+    frames = []
+    f = _sys._getframe(1)
+    while f is not None:
+        frames.append(f)
+        f = f.f_back
+    return "".join(f'File "{f.f_code.co_filename}", line {f.f_lineno}, in {f.f_code.co_name}\n'
+                   for f in reversed(frames))
+
+
+def _get_frame_cache_id():
+    """A number naming the calling thread's frame cache: distinct for every thread that asks,
+    even when the system reuses a finished thread's ident."""
+    i = getattr(_frame_local, "id", None)
+    if i is None:
+        i = _frame_local.id = next(_frame_ids)
+    return i
+
+
+__all__ += ["_mge_backtrace", "_get_frame_cache_id"]
