@@ -24,6 +24,7 @@ from .const import (
     GIT_SSH_CONNECT_TIMEOUT,
     GIT_TIMEOUT,
     HTTP_CONNECTION_TIMEOUT,
+    HTTP_READ_TIMEOUT,
 )
 from .download import Bar, open_url
 from .exceptions import (
@@ -36,7 +37,7 @@ from .exceptions import (
 
 logger = get_logger(__name__)
 
-HTTP_TIMEOUT = (HTTP_CONNECTION_TIMEOUT, 120)
+HTTP_TIMEOUT = (HTTP_CONNECTION_TIMEOUT, HTTP_READ_TIMEOUT)  # MegEngine's (connect, read) pair
 
 pattern = re.compile(
     r"^(?:[a-z0-9]"  # first character of a label
