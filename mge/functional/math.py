@@ -16,8 +16,8 @@ from ..core import apply
 __all__ = [
     "argmax", "argmin", "argsort", "dot", "isinf", "isnan", "matinv", "matmul", "max", "mean",
     "min", "norm", "normalize", "prod", "sign", "sort", "std", "sum", "svd", "topk", "var",
-    "cumsum", "logsumexp",
-]
+    "logsumexp",
+]  # (cumsum is defined here and exported by functional.tensor, where MegEngine has it)
 
 def _axis_key(axis):
     # Lists and arrays are not hashable: as tuples they make a key for the op's shared instance.
