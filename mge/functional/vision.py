@@ -15,7 +15,7 @@ from .._core.ops.vision import (
 from ..core import apply
 from ..tensor import Tensor
 from .math import argsort
-from .tensor import expand_dims, reshape
+from .tensor import arange, cond_take, expand_dims, reshape
 
 __all__ = [
     "correlation", "cvt_color", "interpolate", "nms", "nvof", "remap", "roi_align",
@@ -211,7 +211,10 @@ def nms(
     if max_output is None:
         max_output = boxes.shape[0]
     indices, count = apply(NMSKeep(iou_thresh, max_output), boxes.reshape(1, -1, 4))
-    indices = indices[0][: int(count.numpy()[0])]
+    # the first ``count`` indices, as an op whose output shape depends on values (so a symbolic
+    # trace need not read the count)
+    keep = arange(max_output, dtype="int32") < count
+    indices, _ = cond_take(keep, indices[0])
     return sorted_idx[indices]
 
 
