@@ -15,8 +15,7 @@ building a model reproducible); :mod:`mge.module.init` has the initialisers.
 
 Not in mge (MegEngine 1.13 has them): the quantization modules (``qat``/``quantized``; the float
 fused modules ``ConvBn2d``, ``LinearBn1d``... and the float ``QuantStub``/``DequantStub`` are
-here), ``DeformableConv2d``, ``DeformablePSROIPooling``, ``RegionRestrictedConv``, ``SlidingWindow``/``SlidingWindowTranspose`` and MegEngine's vision
-augmentation modules.  MegEngine 1.13 has no ``Flatten`` module (use
+here) and MegEngine's vision augmentation modules.  MegEngine 1.13 has no ``Flatten`` module (use
 :func:`mge.functional.flatten`) and no GRU.
 """
 from . import init  # noqa: F401
@@ -28,6 +27,8 @@ from .conv import (
     LocalConv2d,
 )
 from .conv_bn import ConvBn2d, ConvBnRelu2d
+from .deformable_conv import DeformableConv2d, RegionRestrictedConv
+from .deformable_psroi_pooling import DeformablePSROIPooling
 from .conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d
 from .dropout import Dropout
 from .embedding import Embedding
@@ -42,12 +43,15 @@ from .quant_dequant import DequantStub, QuantStub
 from .pooling import AdaptiveAvgPool2d, AdaptiveMaxPool2d, AvgPool2d, MaxPool2d
 from .rnn import LSTM, RNN, LSTMCell, RNNCell
 from .sequential import Sequential
+from .sliding_window import SlidingWindow, SlidingWindowTranspose
 
 __all__ = [
     "Module", "Sequential", "Identity",
     "Linear", "LinearRelu",
     "Conv1d", "Conv2d", "Conv3d", "ConvTranspose2d", "ConvTranspose3d", "ConvRelu2d",
     "ConvTransposeRelu2d", "LocalConv2d", "BatchMatMulActivation",
+    "DeformableConv2d", "RegionRestrictedConv", "DeformablePSROIPooling",
+    "SlidingWindow", "SlidingWindowTranspose",
     "BatchNorm1d", "BatchNorm2d", "SyncBatchNorm",
     "LayerNorm", "GroupNorm", "InstanceNorm", "GeneralNorm", "LocalResponseNorm",
     "Dropout", "Embedding",

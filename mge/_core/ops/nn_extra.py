@@ -11,7 +11,8 @@
   per-sample negative log likelihood ``(N,)`` of the padded ``(N, S)`` labels under the ``(T, N, C)``
   probabilities ``pred`` (MegEngine's ``ctc_loss`` takes probabilities, not logits), and its
   gradient with respect to ``pred`` (alpha-beta in float64 log-space), which the backward rule
-  scales by the incoming gradient.  Both outputs are float32.
+  scales by the incoming gradient.  Both outputs have ``pred``'s dtype (``F.nn.ctc_loss`` gives
+  float32 ``pred``, so float32 results, as MegEngine).
 
 The deformable and region-restricted convolutions, the locally connected convolution and the
 deformable PS-ROI pooling are compositions of these and other differentiable ops
@@ -118,7 +119,7 @@ def _infer_ctc_loss(op, descs):
         raise op_error(TypeError, op, "pred must be floating point", descs)
     if ldt.kind not in "iub":
         raise op_error(TypeError, op, "label must be integer", descs)
-    f32 = np.dtype(np.float32)
+    f32 = np.dtype(pdt)  # F.nn.ctc_loss passes float32 (MegEngine's result dtype)
     if ps is None:
         return [TensorDesc(None, f32), TensorDesc(None, f32)]
     if len(ps) != 3:

@@ -30,8 +30,10 @@ def _cpu_sliding_window_transpose(op, y):
     n, c, oh, ow = y.shape[:4]
     out = np.zeros((n, c, h + 2 * ph, w + 2 * pw), y.dtype)
     # One strided add per window offset: within one offset the target positions are distinct.
-    for i in range(kh):
-        for j in range(kw):
+    # Offsets last to first, so that each target sums its windows in window order (the order of
+    # a loop over windows, bit for bit in float32).
+    for i in range(kh - 1, -1, -1):
+        for j in range(kw - 1, -1, -1):
             out[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
                 j * dw:j * dw + sw * (ow - 1) + 1:sw] += y[:, :, :, :, i, j]
     return (np.ascontiguousarray(out[:, :, ph:ph + h, pw:pw + w]),)
