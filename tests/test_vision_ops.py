@@ -440,3 +440,15 @@ def test_exports():
     top1, top2 = F.topk_accuracy(logits, mge.tensor([1, 1, 2]), topk=(1, 2))
     assert top1.item() == pytest.approx(2 / 3) and top2.item() == pytest.approx(1.0)
     assert F.metric.topk_accuracy is F.topk_accuracy is F.nn.topk_accuracy
+
+
+def test_empty_inputs():
+    x = mge.tensor(_img(2, 3, 6, 6))
+    none = mge.tensor(np.zeros((0, 5), np.float32))
+    assert F.vision.roi_align(x, none, 2).shape == (0, 3, 2, 2)
+    assert F.vision.roi_pooling(x, none, 2).numpy().shape == (0, 3, 2, 2)
+    m = mge.tensor(np.zeros((0, 3, 3), np.float32))
+    assert F.vision.warp_perspective(x, m, (3, 3), mat_idx=np.zeros(0, np.int32)).numpy().shape \
+        == (0, 3, 3, 3)
+    assert F.vision.remap(x, mge.tensor(np.zeros((2, 0, 3, 2), np.float32))).numpy().shape == \
+        (2, 3, 0, 3)

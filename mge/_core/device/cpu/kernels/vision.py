@@ -172,7 +172,8 @@ def _values(x, b, t):
     """``(No, C, K, P)`` tap values of ``x`` (``(N, C, H*W)``); invalid taps read ``fill``."""
     no, k, p = t.idx.shape
     v = x[b]
-    vals = np.take_along_axis(v, t.idx.reshape(no, 1, k * p), axis=2).reshape(no, -1, k, p)
+    vals = np.take_along_axis(v, t.idx.reshape(no, 1, k * p), axis=2).reshape(
+        no, v.shape[1], k, p)
     return np.where(t.valid[:, None], vals, t.fill)
 
 
@@ -248,7 +249,7 @@ def _warp_setup(op, x, mat, mat_idx=None):
     oh, ow = op.out_shape
     gy, gx = np.meshgrid(np.arange(oh, dtype=np.float64), np.arange(ow, dtype=np.float64),
                          indexing="ij")
-    gx, gy = gx.reshape(1, -1), gy.reshape(1, -1)
+    gx, gy = gx.reshape(1, oh * ow), gy.reshape(1, oh * ow)
     nx = m[:, 0, 0:1] * gx + m[:, 0, 1:2] * gy + m[:, 0, 2:3]
     ny = m[:, 1, 0:1] * gx + m[:, 1, 1:2] * gy + m[:, 1, 2:3]
     if isinstance(op, WarpPerspective):
@@ -271,7 +272,7 @@ def _warp_forward(op, x, mat, mat_idx=None):
 
 def _warp_backward(op, index, x, mat, mat_idx, g):
     xf, b, t, (gx, gy, d, ax, ay) = _warp_setup(op, x, mat, mat_idx)
-    gc = _nchw(op, g).astype(np.float64).reshape(len(b), xf.shape[1], -1)
+    gc = _nchw(op, g).astype(np.float64).reshape(len(b), xf.shape[1], op.out_shape[0] * op.out_shape[1])
     if index == 0:
         xc_shape = _nchw(op, x).shape
         dx = _scatter(xf.shape, b, t, gc).reshape(xc_shape)
@@ -301,7 +302,7 @@ def _cpu_warp_affine(op, x, mat):
 def _remap_setup(op, x, map_xy):
     xc = _nchw(op, x).astype(np.float64)
     n, c, h, w = xc.shape
-    mp = map_xy.astype(np.float64).reshape(n, -1, 2)
+    mp = map_xy.astype(np.float64).reshape(n, map_xy.shape[1] * map_xy.shape[2], 2)
     make = {"linear": _bilinear_taps, "nearest": _nearest_taps}.get(op.imode)
     if make is None:
         raise NotImplementedError(f"Remap: interpolation mode {op.imode!r} is not implemented "
@@ -319,7 +320,7 @@ def _cpu_remap(op, x, map_xy):
 
 def _remap_backward(op, index, x, map_xy, g):
     xf, b, t = _remap_setup(op, x, map_xy)
-    gc = _nchw(op, g).astype(np.float64).reshape(xf.shape[0], xf.shape[1], -1)
+    gc = _nchw(op, g).astype(np.float64).reshape(xf.shape[0], xf.shape[1], map_xy.shape[1] * map_xy.shape[2])
     if index == 0:
         dx = _scatter(xf.shape, b, t, gc).reshape(_nchw(op, x).shape)
         return _out(_from_nchw(op, dx), g)
@@ -345,8 +346,8 @@ def _roi_align_setup(op, x, rois):
     wc = sw[:, None, None] + bw[:, None, None] * fw[None]
     hc = np.broadcast_to(hc[:, :, None, :, None], (len(b), ph, pw, sph, spw))
     wc = np.broadcast_to(wc[:, None, :, None, :], (len(b), ph, pw, sph, spw))
-    hc = hc.transpose(0, 3, 4, 1, 2).reshape(len(b), -1)
-    wc = wc.transpose(0, 3, 4, 1, 2).reshape(len(b), -1)
+    hc = hc.transpose(0, 3, 4, 1, 2).reshape(len(b), sph * spw * ph * pw)
+    wc = wc.transpose(0, 3, 4, 1, 2).reshape(len(b), sph * spw * ph * pw)
     t = _bilinear_taps(wc, hc, h, w, "constant", 0.0)
     xf = x.astype(np.float64).reshape(n, c, h * w)
     return xf, b, t, sph * spw, ph * pw
@@ -416,15 +417,15 @@ def _cpu_roi_pooling(op, x, rois):
     k, ph, pw, h, w = mask.shape
     xb = x[b].astype(np.float64)[:, :, None, None]  # (K, C, 1, 1, H, W)
     m = mask[:, None]
-    cnt = mask.reshape(k, 1, ph, pw, -1).sum(-1)
+    cnt = mask.reshape(k, 1, ph, pw, h * w).sum(-1)
     if op.mode == "max":
-        vals = np.where(m, xb, -np.inf).reshape(k, x.shape[1], ph, pw, -1)
+        vals = np.where(m, xb, -np.inf).reshape(k, x.shape[1], ph, pw, h * w)
         idx = vals.argmax(-1)
         y = np.take_along_axis(vals, idx[..., None], -1)[..., 0]
         y = np.where(cnt > 0, y, 0.0)
         idx = np.where(cnt > 0, idx, -1)
     else:
-        y = np.where(m, xb, 0.0).reshape(k, x.shape[1], ph, pw, -1).sum(-1)
+        y = np.where(m, xb, 0.0).reshape(k, x.shape[1], ph, pw, h * w).sum(-1)
         y = np.where(cnt > 0, y / np.maximum(cnt, 1), 0.0)
         idx = np.zeros(y.shape, np.int64)
     return _out(y, x), idx.astype(np.int32)
@@ -434,13 +435,13 @@ def _roi_pooling_backward(op, x, rois, g):
     b, mask = _roi_pool_masks(op, x, rois)
     k, ph, pw, h, w = mask.shape
     gc = g.astype(np.float64)
-    cnt = mask.reshape(k, 1, ph, pw, -1).sum(-1)
+    cnt = mask.reshape(k, 1, ph, pw, h * w).sum(-1)
     if op.mode == "max":
         _, idx = _cpu_roi_pooling(op, x, rois)
         sel = (idx[..., None] == np.arange(h * w)) & (cnt[..., None] > 0)
         contrib = np.einsum("kcpq,kcpqs->kcs", gc, sel).reshape(k, x.shape[1], h, w)
     else:
-        wgt = mask.reshape(k, 1, ph, pw, -1) / np.maximum(cnt, 1)[..., None]
+        wgt = mask.reshape(k, 1, ph, pw, h * w) / np.maximum(cnt, 1)[..., None]
         contrib = np.einsum("kcpq,kcpqs->kcs", gc, np.broadcast_to(
             wgt, (k, x.shape[1], ph, pw, h * w))).reshape(k, x.shape[1], h, w)
     dx = np.zeros(x.shape)
