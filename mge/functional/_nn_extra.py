@@ -92,7 +92,8 @@ def sliding_window_transpose(inp, output_size, kernel_size, padding=0, stride=1,
     """
     name = "sliding_window_transpose"
     (oh, ow), (ph, pw) = _pair(name, output_size), _pair(name, padding)
-    (sh, sw), (dh, dw), (kh, kw) = _pair(name, stride), _pair(name, dilation), _pair(name, kernel_size)
+    (sh, sw), (dh, dw) = _pair(name, stride), _pair(name, dilation)
+    kh, kw = _pair(name, kernel_size)
     expected_h = (oh + 2 * ph - dh * (kh - 1) - 1) // sh + 1
     expected_w = (ow + 2 * pw - dw * (kw - 1) - 1) // sw + 1
     assert inp.ndim == 6, "the input dimension of sliding_window_transpose should be 6"
@@ -103,7 +104,8 @@ def sliding_window_transpose(inp, output_size, kernel_size, padding=0, stride=1,
 
 
 def _grouped_product(cols, weight, g):
-    """``(N, C, OH, OW, K...)`` windows times a ``(G, O/G, C/G, K...)`` weight -> ``(N, O, OH, OW)``."""
+    """``(N, C, OH, OW, K...)`` windows times a ``(G, O/G, C/G, K...)`` weight:
+    ``(N, O, OH, OW)``."""
     n, c, oh, ow = (int(s) for s in cols.shape[:4])
     k = int(np.prod(cols.shape[4:]))
     cg = c // g
@@ -141,8 +143,9 @@ def local_conv2d(inp, weight, bias=None, stride=1, padding=0, dilation=1,
                          f"{tuple(weight.shape)} expects {g * icg}")
     cols = sliding_window(inp, (kh, kw), padding, stride, dilation)
     if tuple(cols.shape[2:4]) != (oh, ow):
-        raise ValueError(f"local_conv2d: the input {tuple(inp.shape)} gives {tuple(cols.shape[2:4])}"
-                         f" output positions, the weight has kernels for {(oh, ow)}")
+        raise ValueError(f"local_conv2d: the input {tuple(inp.shape)} gives "
+                         f"{tuple(cols.shape[2:4])} output positions, the weight has kernels "
+                         f"for {(oh, ow)}")
     k = icg * kh * kw
     # (G*OH*OW, N, ICg*K) @ (G*OH*OW, ICg*K, OCg) -> (G*OH*OW, N, OCg)
     a = _reshape(_perm(_reshape(cols, (n, g, icg, oh, ow, kh * kw)), (1, 3, 4, 0, 2, 5)),

@@ -9,7 +9,8 @@ class SlidingWindow(Module):
     r"""Copy every sliding window of an ``(N, C, IH, IW)`` input to its own output location:
     the output is ``(N, C, OH, OW, window_h, window_w)`` (see
     :func:`~mge.functional.nn.sliding_window`), with
-    :math:`out_{n, c, oh, ow, wh, ww} = src_{n, c, ih + wh \cdot dilation_h, iw + ww \cdot dilation_w}`,
+    :math:`out_{n, c, oh, ow, wh, ww} =
+    src_{n, c, ih + wh \cdot dilation_h, iw + ww \cdot dilation_w}`,
     :math:`ih = -pad_h + oh \cdot stride_h` (zero outside the input).
 
     Args:
@@ -41,7 +42,8 @@ class SlidingWindowTranspose(Module):
     ``(N, C, IH, IW, window_h, window_w)`` input back onto its location in an
     ``(N, C, *output_size)`` output (see :func:`~mge.functional.nn.sliding_window_transpose`).
     ``IH`` and ``IW`` must be the number of windows ``output_size`` gives:
-    :math:`IH = \lfloor (output\_size_h + 2 padding_h - dilation_h (kernel\_size_h - 1) - 1) / stride_h \rfloor + 1`.
+    :math:`IH = \lfloor (output\_size_h + 2 padding_h - dilation_h (kernel\_size_h - 1) - 1) /
+    stride_h \rfloor + 1`.
 
     Args:
         output_size: the output's spatial size, an int or a pair.

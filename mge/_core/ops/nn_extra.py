@@ -8,8 +8,8 @@
   every window element back onto the input position it was copied from.  The two are each other's
   gradient (linear maps), so both are differentiable to any order.
 * ``CTCLoss(blank)``: ``(pred, pred_lengths, label, label_lengths)`` -> ``(loss, grad)``: the
-  per-sample negative log likelihood ``(N,)`` of the padded ``(N, S)`` labels under the ``(T, N, C)``
-  probabilities ``pred`` (MegEngine's ``ctc_loss`` takes probabilities, not logits), and its
+  per-sample negative log likelihood ``(N,)`` of the padded ``(N, S)`` labels under the
+  ``(T, N, C)`` probabilities ``pred`` (MegEngine's ``ctc_loss`` takes probabilities, not logits), and its
   gradient with respect to ``pred`` (alpha-beta in float64 log-space), which the backward rule
   scales by the incoming gradient.  Both outputs have ``pred``'s dtype (``F.nn.ctc_loss`` gives
   float32 ``pred``, so float32 results, as MegEngine).
