@@ -1,4 +1,6 @@
 """``megengine.functional.metric``: ``topk_accuracy``."""
+from typing import Iterable, Union
+
 import numpy as np
 
 from ..tensor import Tensor
@@ -8,7 +10,9 @@ from .tensor import broadcast_to, transpose
 __all__ = ["topk_accuracy"]
 
 
-def topk_accuracy(logits, target, topk=1):
+def topk_accuracy(
+    logits: Tensor, target: Tensor, topk: Union[int, Iterable[int]] = 1
+) -> Union[Tensor, Iterable[Tensor]]:
     """Classification accuracy of ``logits`` (``(batch, classes)``) against ``target`` labels.
 
     MegEngine signature: ``topk_accuracy(logits, target, topk=1)``.  ``topk`` is an int or a

@@ -4,7 +4,7 @@ colour conversion and correlation.
 Signatures, defaults and error messages follow MegEngine 1.13.  Output sizes that MegEngine passes
 to its ops as tensors are read on the host here.
 """
-from typing import Optional, Tuple, Union
+from typing import Iterable, Optional, Tuple, Union
 
 import numpy as np
 
@@ -302,8 +302,8 @@ def warp_affine(
 def warp_perspective(
     inp: Tensor,
     mat: Tensor,
-    out_shape: Union[Tuple[int, int], Tensor],
-    mat_idx: Optional[Union[Tuple[int, ...], Tensor]] = None,
+    out_shape: Union[Tuple[int, int], int, Tensor],
+    mat_idx: Optional[Union[Iterable[int], Tensor]] = None,
     border_mode: str = "replicate",
     border_val: float = 0.0,
     format: str = "NCHW",
