@@ -171,7 +171,17 @@ def __setstate__(self, state):
     self.__dict__.update(state)
 
 
+def _broadcast(self, *args):
+    """``F.broadcast_to(self, shape)``, the shape given as MegEngine's ``_broadcast`` takes it:
+    ints, a sequence, or a 1-D integer tensor (``x._broadcast(F.concat([x.shape, x.shape]))``)."""
+    from .functional import broadcast_to
+    if len(args) == 1 and isinstance(args[0], (list, tuple, Tensor, np.ndarray)):
+        args = args[0]
+    return broadcast_to(self, args)
+
+
 _MEMBERS = {
+    "_broadcast": _broadcast,
     "__getnewargs__": __getnewargs__,
     "__getstate__": __getstate__,
     "__setstate__": __setstate__,

@@ -31,7 +31,9 @@ _float32 = np.dtype("float32")
 def _int(v, fname, what):
     if type(v) is int:
         return v
-    if isinstance(v, (Tensor, np.ndarray)) and v.ndim == 0 or isinstance(v, np.integer):
+    # (a 0-d integer tensor, or a (1,)-shaped one as MegEngine's shape entries may be)
+    if (isinstance(v, (Tensor, np.ndarray)) and (v.ndim == 0 or v.shape == (1,))
+            or isinstance(v, np.integer)):
         if np.dtype(v.dtype).kind not in "iu":
             raise TypeError(f"{fname}: {what} must be an integer, got dtype {v.dtype}")
         return int(v.item())
