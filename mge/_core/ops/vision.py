@@ -126,7 +126,7 @@ class ROIPooling(OpDef):
 
 
 class NMSKeep(OpDef):
-    """``boxes (1, N, 4)`` sorted by score -> ``(indices (1, max_output) int32, count (1,) int32)``."""
+    """``boxes (B, N, 4)``, sorted by score -> ``(indices (B, max_output), count (B,))``, int32."""
 
     _fields = ("iou_thresh", "max_output")
     long_running = False
@@ -171,7 +171,7 @@ class Correlation(OpDef):
 
 
 class VisionBackward(OpDef):
-    """The gradient of input ``index`` of ``forward``: ``(*forward inputs, dy)`` -> that gradient."""
+    """The gradient of input ``index`` of ``forward``: ``(*forward inputs, dy)`` -> it."""
 
     _fields = ("forward", "index")
     long_running = False

@@ -272,7 +272,8 @@ def _warp_forward(op, x, mat, mat_idx=None):
 
 def _warp_backward(op, index, x, mat, mat_idx, g):
     xf, b, t, (gx, gy, d, ax, ay) = _warp_setup(op, x, mat, mat_idx)
-    gc = _nchw(op, g).astype(np.float64).reshape(len(b), xf.shape[1], op.out_shape[0] * op.out_shape[1])
+    oh, ow = op.out_shape
+    gc = _nchw(op, g).astype(np.float64).reshape(len(b), xf.shape[1], oh * ow)
     if index == 0:
         xc_shape = _nchw(op, x).shape
         dx = _scatter(xf.shape, b, t, gc).reshape(xc_shape)
@@ -320,7 +321,8 @@ def _cpu_remap(op, x, map_xy):
 
 def _remap_backward(op, index, x, map_xy, g):
     xf, b, t = _remap_setup(op, x, map_xy)
-    gc = _nchw(op, g).astype(np.float64).reshape(xf.shape[0], xf.shape[1], map_xy.shape[1] * map_xy.shape[2])
+    p = map_xy.shape[1] * map_xy.shape[2]
+    gc = _nchw(op, g).astype(np.float64).reshape(xf.shape[0], xf.shape[1], p)
     if index == 0:
         dx = _scatter(xf.shape, b, t, gc).reshape(_nchw(op, x).shape)
         return _out(_from_nchw(op, dx), g)
