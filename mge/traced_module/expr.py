@@ -221,7 +221,42 @@ class CallFunction(Expr):
         return f"%{self._id}:\t{self._fmt_outputs()}{name}({self._fmt_args()})"
 
     def __getstate__(self):
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        ref = _func_ref(self.func)
+        if ref is not None:
+            d["func"] = ref
+        return d
+
+    def __setstate__(self, state):
+        f = state.get("func")
+        if isinstance(f, _FuncRef):
+            import importlib
+            state["func"] = getattr(importlib.import_module(f.module), f.name)
+        self.__dict__.update(state)
+
+
+class _FuncRef:
+    def __init__(self, module, name):
+        self.module, self.name = module, name
+
+
+def _func_ref(func):
+    import sys
+    from .module_tracer import original
+    func = original(func)
+    names = [func.__module__ or ""] + sorted(n for n in sys.modules if n.startswith("mge.functional"))
+    for modname in names:
+        mod = sys.modules.get(modname)
+        for name in (func.__name__, getattr(func, "__qualname__", "")):
+            if mod is not None and getattr(mod, name, None) is func:
+                return _FuncRef(modname, name)
+    if "<locals>" in getattr(func, "__qualname__", ""):
+        for modname in names:
+            mod = sys.modules.get(modname)
+            for k, v in vars(mod or object()).items():
+                if v is func:
+                    return _FuncRef(modname, k)
+    return None
 
 
 class Apply(Expr):
