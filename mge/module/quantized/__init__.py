@@ -1,0 +1,21 @@
+"""``mge.module.quantized``: the quantized modules for inference (MegEngine 1.13's
+``megengine.module.quantized``), made from QAT modules by :func:`~mge.quantization.quantize`.
+They compute on quantized tensors; mge simulates MegEngine's integer kernels exactly on its
+float CPU device (:mod:`mge.functional.quantized`)."""
+from .batch_matmul_activation import BatchMatMulActivation
+from .concat import Concat
+from .conv import Conv2d, ConvRelu2d, ConvTranspose2d, ConvTransposeRelu2d
+from .conv_bn import ConvBn2d, ConvBnRelu2d
+from .conv_transpose_bn import ConvTransposeBn2d, ConvTransposeBnRelu2d
+from .elemwise import Elemwise
+from .linear import Linear, LinearRelu
+from .linear_bn import LinearBn1d, LinearBnRelu1d
+from .module import QuantizedModule
+from .quant_dequant import DequantStub, QuantStub
+
+__all__ = [
+    "QuantizedModule", "BatchMatMulActivation", "Concat", "Conv2d", "ConvRelu2d",
+    "ConvTranspose2d", "ConvTransposeRelu2d", "ConvBn2d", "ConvBnRelu2d", "ConvTransposeBn2d",
+    "ConvTransposeBnRelu2d", "Elemwise", "Linear", "LinearRelu", "LinearBn1d",
+    "LinearBnRelu1d", "QuantStub", "DequantStub",
+]
