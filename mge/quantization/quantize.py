@@ -7,14 +7,9 @@ from typing import Callable
 
 import numpy as np
 
-from .. import module as Float
 from ..functional import concat, norm
 from ..logger import get_logger
 from ..module import Module
-from ..module import qat as QAT
-from ..module import quantized as Quantized
-from ..module.qat import QATModule
-from ..module.quantized import QuantizedModule
 from ..tensor import Tensor
 from ..utils.module_utils import set_expand_structure
 from .qconfig import QConfig, ema_fakequant_qconfig
@@ -28,7 +23,18 @@ __all__ = [
 logger = get_logger(__name__)
 
 
+def _qat_base():
+    # mge.module.qat imports this package (its QATModule uses the observers and fake
+    # quantizers), so the module packages are imported when first needed.
+    from ..module.qat import QATModule
+
+    return QATModule
+
+
 def _get_quantable_module_names():
+    from ..module import quantized as Quantized
+    from ..module.quantized import QuantizedModule
+
     def is_quantable(key):
         value = getattr(Quantized, key)
         return (isinstance(value, type) and issubclass(value, QuantizedModule)
@@ -38,6 +44,10 @@ def _get_quantable_module_names():
 
 
 def _get_convert_dict():
+    from .. import module as Float
+    from ..module import qat as QAT
+    from ..module import quantized as Quantized
+
     names = _get_quantable_module_names()
     float_modules = [getattr(Float, key) for key in names]
     qat_modules = [getattr(QAT, key) for key in names]
@@ -45,8 +55,24 @@ def _get_convert_dict():
     return dict(zip(float_modules, qat_modules)), dict(zip(qat_modules, quantized_modules))
 
 
-_float2qat_dict, _qat2quantized_dict = _get_convert_dict()
-qat_modules = tuple(_qat2quantized_dict.keys())
+_DICTS = []
+
+
+def _convert_dicts():
+    if not _DICTS:
+        _DICTS.extend(_get_convert_dict())
+    return _DICTS
+
+
+def __getattr__(name):
+    # MegEngine's module-level tables, built on first use.
+    if name == "_float2qat_dict":
+        return _convert_dicts()[0]
+    if name == "_qat2quantized_dict":
+        return _convert_dicts()[1]
+    if name == "qat_modules":
+        return tuple(_convert_dicts()[1].keys())
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def quantize(module: Module, inplace: bool = True, mapping: dict = None):
@@ -60,7 +86,7 @@ def quantize(module: Module, inplace: bool = True, mapping: dict = None):
     """
     if not inplace:
         module = deepcopy(module)
-    convert_dict = copy(_qat2quantized_dict)
+    convert_dict = copy(_convert_dicts()[1])
     if mapping is not None:
         convert_dict.update(mapping)
     qat_types = tuple(convert_dict.keys())
@@ -94,7 +120,7 @@ def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fa
         "the type of input args(inplace and qconfig) is wrong, please check them."
     if not inplace:
         module = deepcopy(module)
-    convert_dict = copy(_float2qat_dict)
+    convert_dict = copy(_convert_dicts()[0])
     if mapping is not None:
         convert_dict.update(mapping)
     quantable = tuple(convert_dict.keys())
@@ -130,7 +156,7 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
             inst.set_qparams(qparams)
         return inst
 
-    for m in list(module._flatten(predicate=lambda mod: isinstance(mod, QATModule))):
+    for m in list(module._flatten(predicate=lambda mod: isinstance(mod, _qat_base()))):
         if m.with_weight:
             weight_params = m.get_weight_qparams()
             m.weight_observer = safe_call(qconfig.weight_observer, weight_params)
@@ -144,13 +170,13 @@ def reset_qconfig(module: Module, qconfig: QConfig, inplace: bool = True):
 
 def _propagate(module, func_str, *args, **kwargs):
     def fn(mod):
-        if isinstance(mod, QATModule):
+        if isinstance(mod, _qat_base()):
             getattr(mod, func_str)(*args, **kwargs)
 
     module.apply(fn)
 
 
-def propagate_qconfig(module: QATModule, qconfig: QConfig):
+def propagate_qconfig(module: Module, qconfig: QConfig):
     r"""Call ``set_qconfig(qconfig)`` on every QAT module under ``module`` (itself included).
 
     Args:
@@ -164,7 +190,7 @@ def hook_qat_module(module: Module, func: Callable):
     r"""Register ``func`` as a forward hook of every QAT module under ``module``; returns the
     hook handles."""
     return [sub.register_forward_hook(func)
-            for sub in list(module._flatten(predicate=lambda m: isinstance(m, QATModule)))]
+            for sub in list(module._flatten(predicate=lambda m: isinstance(m, _qat_base())))]
 
 
 def apply_easy_quant(module: Module, data: Tensor, start: float = 0.8, stop: float = 1.2,

@@ -73,7 +73,22 @@ class Round(Function):
         return output_grads
 
 
-class _FakeQuant(Function):
+class _Reversed(Function):
+    """A ``Function`` called with its inputs in reverse order (``_forward``/``_backward`` see
+    them in the natural order): mge's grad calls the callbacks of the inputs of one node last
+    input first, and this gives MegEngine's order (first input first) for these quantizers."""
+
+    def forward(self, *args):
+        return self._forward(*reversed(args))
+
+    def backward(self, dy):
+        return tuple(reversed(self._backward(dy)))
+
+    def __call__(self, *args):
+        return super().__call__(*reversed(args))
+
+
+class _FakeQuant(_Reversed):
     """``(clamp(round(x / s) + zp, qmin, qmax) - zp) * s``; gradient ``dy`` where
     ``qmin <= round(x / s) + zp <= qmax`` and 0 elsewhere (MegEngine's ``FakeQuant``); none for
     the scale and the zero point."""
@@ -81,16 +96,16 @@ class _FakeQuant(Function):
     def __init__(self, qmin, qmax):
         self.qmin, self.qmax = float(qmin), float(qmax)
 
-    def forward(self, inp, scale, zero_point):
+    def _forward(self, inp, scale, zero_point):
         q = F.round(inp / scale) + zero_point
         self.mask = (q >= self.qmin) & (q <= self.qmax)
         return (_clamp(q, self.qmin, self.qmax) - zero_point) * scale
 
-    def backward(self, dy):
+    def _backward(self, dy):
         return F.where(self.mask, dy, F.zeros_like(dy)), None, None
 
 
-class _TQT(Function):
+class _TQT(_Reversed):
     """TQT's fake quantization with the threshold ``t = 2 ** scale``:
     ``clamp(round(x / t), qmin, qmax) * t``.  Gradients (MegEngine's ``TQTBackward``):
     ``dx = dy`` unless ``x / t`` is more than half a step outside ``[qmin, qmax]``;
@@ -99,14 +114,14 @@ class _TQT(Function):
     def __init__(self, qmin, qmax):
         self.qmin, self.qmax = float(qmin), float(qmax)
 
-    def forward(self, inp, scale):
+    def _forward(self, inp, scale):
         t = F.pow(2.0, scale)
         scaled = inp / t
         rounded = _clamp(F.round(scaled), self.qmin, self.qmax)
         self.saved = (scaled, rounded, t, scale.shape)
         return rounded * t
 
-    def backward(self, dy):
+    def _backward(self, dy):
         scaled, rounded, t, s_shape = self.saved
         clip = (scaled < self.qmin - 0.5) | (scaled > self.qmax + 0.5)
         zero = F.zeros_like(dy)
@@ -115,7 +130,7 @@ class _TQT(Function):
         return dx, _sum_to(ds, s_shape)
 
 
-class _LSQ(Function):
+class _LSQ(_Reversed):
     """LSQ's fake quantization: ``(round(clamp(x / s + zp, qmin, qmax)) - zp) * s``.
     Gradients (MegEngine's ``LSQBackward``), with ``v = x / s + zp``: ``dx = dy`` inside
     ``[qmin, qmax]``, 0 outside; ``ds = sum(dy * grad_scale * (qmin below, qmax above,
@@ -124,13 +139,13 @@ class _LSQ(Function):
     def __init__(self, qmin, qmax):
         self.qmin, self.qmax = float(qmin), float(qmax)
 
-    def forward(self, inp, scale, zero_point, grad_scale):
+    def _forward(self, inp, scale, zero_point, grad_scale):
         v = inp / scale + zero_point
         out = (F.round(_clamp(v, self.qmin, self.qmax)) - zero_point) * scale
         self.saved = (v, grad_scale, scale.shape)
         return out
 
-    def backward(self, dy):
+    def _backward(self, dy):
         v, grad_scale, s_shape = self.saved
         small, big = v < self.qmin, v > self.qmax
         inside = F.round(v) - v
