@@ -5,15 +5,19 @@ MegEngine differentiates through a :class:`~mge.autodiff.Function` (``reduce_sum
 ``gather``, ``scatter``, ``remote_send``/``remote_recv``) do so here too, the others by the op's
 backward rule.  A group of one rank (every group of a process no launcher started) gives the rank
 its own data: ``all_reduce_sum(x)`` is a copy of ``x``, ``all_gather(x)`` is ``x`` and so on, with
-the same gradients.  Groups of several ranks and sends to another process need issue 15's MPI
-transport and raise ``NotImplementedError``.
+the same gradients.  Groups of several ranks apply mge's ``Collective`` op
+(``mge/_core/ops/distributed.py``), whose CPU kernel runs the collective on MPI on the channel's
+worker thread and whose backward rule is the adjoint collective; ``reduce_sum`` and ``gather``
+give ``None`` on the ranks other than the root, as in MegEngine.
 """
 from typing import Optional
 
 import numpy as np
 
+from .._core.ops.distributed import Collective
 from ..autodiff.function import Function
-from ..core.ops.builtin import CollectiveComm, RemoteRecv, RemoteSend, apply
+from ..core.ops.builtin import _device as _as_device
+from ..core.ops.builtin import CollectiveComm, apply
 from ..tensor import Tensor
 from . import group as _group
 from .group import WORLD, Group, _needs_mpi, get_rank
@@ -53,9 +57,18 @@ def _server_addr():
     return sd.master_ip, sd.mm_server_port
 
 
+def _mpi(mode, inp, group, device=None):
+    """``Collective(mode)`` of ``inp`` over the several ranks of ``group``."""
+    op = Collective.get(mode, tuple(group._ranks()), group.rank, 0, -1, 0,
+                        _as_device(device, (inp,)))
+    return apply(op, inp)[0]
+
+
 def collective_comm(inp, mode, group, device):
     r"""Apply the collective ``mode`` (a ``CollectiveComm.Mode``) to ``inp`` over ``group``."""
     assert isinstance(group, Group)
+    if group.size > 1:
+        return _mpi(str.__str__(mode).lower(), inp, group, device)
     if device is None:
         device = ""
     addr, port = _server_addr()
@@ -117,10 +130,10 @@ def reduce_sum(
         group: the process group (default ``WORLD``: every process).
         device: the device to run on (default: the device of ``inp``).
     """
-    out = _ReduceSum(group, device)(inp)
-    if group.rank == 0:
-        return out
-    _non_root("reduce_sum")
+    if group.size > 1:
+        out = _mpi("reduce_sum", inp, group, device)
+        return out if group.rank == 0 else None
+    return _ReduceSum(group, device)(inp)
 
 
 class _Broadcast(Function):
@@ -147,8 +160,8 @@ def broadcast(
         group: the process group (default ``WORLD``).
         device: the device to run on (default: the device of ``inp``).
     """
-    if group.rank != 0:
-        _non_root("broadcast")
+    if group.size > 1:
+        return _mpi("broadcast", inp, group, device)
     return _Broadcast(group, device)(inp)
 
 
@@ -288,9 +301,12 @@ def gather(
     assert (
         axis < inp.ndim
     ), "your concat_axis exceeds the dim of the tensor, the tensor shape is {}".format(inp.shape)
-    out = _Gather(group, device)(inp)
-    if group.rank != 0:
-        _non_root("gather")
+    if group.size > 1:
+        out = _mpi("gather", inp, group, device)
+        if group.rank != 0:
+            return None
+    else:
+        out = _Gather(group, device)(inp)
     if axis == 0:
         return out
     return _concat_parts(out, inp, group.size, axis)
@@ -321,13 +337,13 @@ def scatter(
         device: the device to run on (default: the device of ``inp``).
         axis: the split axis (default 0).
     """
-    if group.rank != 0:
-        _non_root("scatter")
     assert (
         list(inp._tuple_shape)[axis] % group.size == 0
     ), "current axis: {} can't devided by group size".format(axis)
     if axis != 0:
         inp = _split_parts(inp, group.size, axis)
+    if group.size > 1:
+        return _mpi("scatter", inp, group, device)
     return _Scatter(group, device)(inp)
 
 
@@ -372,29 +388,43 @@ def _check_peer(rank, what):
         raise ValueError(f"{what}: rank must be a non-negative int, got {rank!r}")
     if int(rank) == get_rank():
         raise ValueError(f"{what}: rank {rank} is this process")
-    if int(rank) >= _group.get_world_size():  # another process: a world of more than one
-        raise _needs_mpi(f"{what} to/from rank {rank}")
+    if int(rank) >= _group.get_world_size():
+        raise ValueError(f"{what}: rank {rank} is out of the world of size "
+                         f"{_group.get_world_size()}")
+
+
+_P2P_SEQ = {}
+
+
+def _p2p_key(src, dst):
+    # the n-th message from src to dst, counted alike on both sides
+    n = _P2P_SEQ.get((src, dst), 0)
+    _P2P_SEQ[(src, dst)] = n + 1
+    return f"mge-p2p:{src}->{dst}:{n}"
 
 
 def remote_send(inp: Tensor, dest_rank: int):
     r"""Send ``inp`` to the process of rank ``dest_rank`` (returns ``None``).
 
-    Sending to another process needs issue 15's MPI transport (``NotImplementedError``); sending
-    to this process itself is a ``ValueError``.
+    The send starts on the channel's worker and does not wait for the receiver; sending to this
+    process itself is a ``ValueError``.
     """
     _check_peer(dest_rank, "remote_send")
-    op = RemoteSend(key="{}->{}".format(get_rank(), dest_rank), rank_to=int(dest_rank),
-                    backend=_backend())
+    key = _p2p_key(get_rank(), int(dest_rank))
+    _group.get_client().user_set(key, np.dtype(inp.dtype).str)  # the receiver's dtype
+    op = Collective.get("send", (get_rank(), int(dest_rank)), 0, 0, int(dest_rank), 0,
+                        inp.device)
     apply(op, inp)
 
 
 def remote_recv(src_rank: int, device: Optional[str] = None, inp=None) -> Tensor:
     r"""Receive the tensor the process of rank ``src_rank`` sends.
 
-    Receiving from another process needs issue 15's MPI transport (``NotImplementedError``);
+    The shape and dtype are the sender's (``inp``, accepted for MegEngine code, is not needed);
     receiving from this process itself is a ``ValueError``.
     """
     _check_peer(src_rank, "remote_recv")
-    op = RemoteRecv(key="{}->{}".format(src_rank, get_rank()), rank_from=int(src_rank),
-                    backend=_backend())
-    return apply(op, inp)[0]
+    dtype = np.dtype(_group.get_client().user_pop(_p2p_key(int(src_rank), get_rank())))
+    op = Collective.get("recv", (int(src_rank), get_rank()), 1, 0, int(src_rank), 0,
+                        _as_device(device), dtype)
+    return apply(op)[0]

@@ -97,8 +97,11 @@ class AllreduceCallback:
             gm = GradManager()
             gm.attach(model.parameters(), callbacks=[dist.make_allreduce_cb("mean")])
 
-    In a world of one process the reduced gradient is the gradient itself; MegEngine packs
-    gradients into buckets of 10 MB before reducing them, which issue 15's MPI transport will do.
+    Each gradient is all-reduced as soon as backward produces it: the collective is an op on
+    the channel, so it runs on the worker thread while backward goes on computing the next
+    gradients (communication overlaps backward).  MegEngine packs gradients into buckets of
+    10 MB before reducing them; mge reduces them one by one (``pack_allreduce_split`` packs
+    explicitly).  In a world of one process the reduced gradient is the gradient itself.
     """
 
     def __init__(self, reduce_method: str, group: Group = WORLD, backend: str = None):
@@ -114,8 +117,6 @@ class AllreduceCallback:
         self._backend = backend
 
     def __call__(self, param, grad):
-        if self._group.size > 1:
-            raise _group._needs_mpi("make_allreduce_cb over several processes")
         grad = all_reduce_sum(grad, self._group)
         if self._reduce_method == "mean":
             grad = grad / self._group.size
