@@ -78,3 +78,50 @@ def test_flatten_and_pickle():
     np.testing.assert_allclose(flat(x).numpy(), y.numpy(), atol=1e-6)
     tm2 = pickle.loads(pickle.dumps(tm))
     np.testing.assert_allclose(tm2(x).numpy(), y.numpy(), atol=1e-6)
+
+
+def test_tensors_finalized_while_tracing_are_not_recorded():
+    # The garbage collector may finalize old tensors in the middle of a recording (Tensor's
+    # methods are patched then): their __del__ is no call of the traced code.
+    import gc
+
+    class Collecting(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.net = Net()
+
+        def forward(self, x):
+            gc.collect()  # finalizes the cycles made below, while recording
+            return self.net(x)
+
+    np.random.seed(0)
+    m = Collecting()
+    m.eval()
+    x = mge.tensor(np.random.randn(1, 3, 4, 4).astype("float32"))
+    for _ in range(20):
+        a = mge.tensor(np.ones(3, "float32"))
+        a.cycle = [a]  # freed only by the collector
+    del a
+    tm = trace_module(m, x)
+    flat = tm.flatten()
+    assert not any("__del__" in repr(e) for e in flat.graph._exprs)
+    assert len(flat.graph._exprs) == 12
+
+
+def test_expr_checker_replays_without_changing_the_state():
+    from mge.traced_module import enable_expr_checker
+    from mge.traced_module import traced_module as tm_impl
+    m, x, _ = _setup()
+    twin, _, _ = _setup()
+    twin.load_state_dict(m.state_dict())
+    m.train()
+    twin.train()
+    saved = tm_impl.CHECK_EXPRS
+    enable_expr_checker()
+    try:
+        trace_module(m, x)  # runs m once, then replays the graph and puts the state back
+    finally:
+        tm_impl.CHECK_EXPRS = saved
+    twin(x)  # one real forward: the statistics the traced module must be left with
+    np.testing.assert_array_equal(m.b0.bn1.running_var.numpy(), twin.b0.bn1.running_var.numpy())
+    assert not np.array_equal(m.b0.bn1.running_var.numpy(), np.ones((1, 3, 1, 1)))

@@ -7,14 +7,13 @@ from .traced_module import InternalGraph, TracedModule, TracedModuleBuilder, tra
 __all__ = ["register_as_builtin", "trace_module", "wrap", "TracedModule", "InternalGraph",
            "TracedModuleBuilder", "enable_expr_checker", "set_cpp_apply_module_trace"]
 
-_checker = [False]
-
-
 def enable_expr_checker():
-    """Ask for each expression to be checked while tracing (mge records by running the real
-    calls, so the recorded results are the executed ones; this switch is kept for MegEngine's
-    API and records the wish)."""
-    _checker[0] = True
+    """Check every later ``trace_module``: its graph is replayed on the traced inputs and the
+    results must equal the module's own (an ``AssertionError`` names the output that differs).
+    MegEngine checks expression by expression while tracing; mge's recording runs the real calls,
+    so it checks the replay of the whole graph."""
+    from . import traced_module as _tm
+    _tm.CHECK_EXPRS = True
 
 
 def set_cpp_apply_module_trace(flag):

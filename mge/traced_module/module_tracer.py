@@ -22,8 +22,11 @@ _BUILTIN_MODULE_TYPES = set()
 _wrapped_funcs = {}      # id(original) -> wrapper
 _originals = {}          # id(wrapper) -> original
 
+# (``__del__``: a finalizer the garbage collector runs in the middle of a recording is no call
+# of the traced code)
 _NO_PATCH = {
-    "__init__", "__new__", "__repr__", "__str__", "__hash__", "__bool__", "__len__", "__iter__",
+    "__init__", "__new__", "__del__", "__repr__", "__str__", "__hash__", "__bool__", "__len__",
+    "__iter__",
     "__array__", "__getstate__", "__setstate__", "__reduce__", "__reduce_ex__", "__format__",
     "__index__", "__int__", "__float__", "__complex__", "__copy__", "__deepcopy__", "__dlpack__",
     "__array_priority__", "__class__", "__init_subclass__", "__subclasshook__", "__sizeof__",

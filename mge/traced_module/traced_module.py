@@ -512,7 +512,7 @@ def trace_module(mod, *args, **kwargs):
     try:
         with mt.patched():
             orig = Module.__call__.__wrapped_tm__
-            trace_user_module(mod, args, kwargs, orig)
+            real = trace_user_module(mod, args, kwargs, orig)
             tm = _convert(mod, {})
     finally:
         st.scopes.clear()
@@ -527,7 +527,49 @@ def trace_module(mod, *args, **kwargs):
         tm.argspec = None
     tm._forward_sig = sig
     _fix_owners(tm)
+    if CHECK_EXPRS:
+        _check_replay(mod, tm, args, kwargs, real)
     return tm
+
+
+#: ``enable_expr_checker()`` sets it: each ``trace_module`` then replays its graph on the traced
+#: inputs and checks the results against the module's own (the module's state is put back).
+CHECK_EXPRS = False
+
+
+def _check_replay(mod, tm, args, kwargs, real):
+    import numpy as np
+
+    from mge.tensor import Tensor
+    state = [(t, t.numpy()) for t in _state_tensors(mod)]
+    try:
+        got = tm(*args, **kwargs)
+    finally:
+        for t, value in state:  # (a BatchNorm in training mode updated its statistics)
+            t._reset(Tensor(value, dtype=t.dtype, device=t.device))
+    want_leaves, _ = tree_flatten(real)
+    got_leaves, _ = tree_flatten(got)
+    if len(want_leaves) != len(got_leaves):
+        raise AssertionError(f"expr checker: the traced graph of {type(mod).__name__} gives "
+                             f"{len(got_leaves)} outputs where the module gives {len(want_leaves)}")
+    for i, (w, g) in enumerate(zip(want_leaves, got_leaves)):
+        if isinstance(w, Tensor) and isinstance(g, Tensor):
+            w, g = w.numpy(), g.numpy()
+            if w.shape != g.shape or not np.allclose(w, g, rtol=1e-5, atol=1e-6, equal_nan=True):
+                raise AssertionError(f"expr checker: output {i} of the traced graph of "
+                                     f"{type(mod).__name__} differs from the module's "
+                                     f"(shapes {g.shape} and {w.shape})")
+
+
+def _state_tensors(mod):
+    seen, out = set(), []
+    for m in mod.modules():
+        for v in vars(m).values():
+            from mge.tensor import Tensor
+            if isinstance(v, Tensor) and id(v) not in seen:
+                seen.add(id(v))
+                out.append(v)
+    return out
 
 
 class _Root(Module):
