@@ -116,8 +116,6 @@ def quantize_qat(module: Module, inplace: bool = True, qconfig: QConfig = ema_fa
     Returns:
         the converted module.
     """
-    assert isinstance(inplace, bool) and isinstance(qconfig, QConfig), \
-        "the type of input args(inplace and qconfig) is wrong, please check them."
     if not inplace:
         module = deepcopy(module)
     convert_dict = copy(_convert_dicts()[0])
