@@ -13,9 +13,9 @@ building a model reproducible); :mod:`mge.module.init` has the initialisers.
     >>> net(mge.tensor(np.zeros((2, 3, 8, 8), "float32"))).shape
     (2, 8, 1, 1)
 
-Not in mge (MegEngine 1.13 has them): the quantization modules (``qat``/``quantized``; the float
-fused modules ``ConvBn2d``, ``LinearBn1d``... and the float ``QuantStub``/``DequantStub`` are
-here) and MegEngine's vision augmentation modules.  MegEngine 1.13 has no ``Flatten`` module (use
+The quantization-aware-training and quantized versions of the quantable modules are in
+:mod:`mge.module.qat` and :mod:`mge.module.quantized` (see :mod:`mge.quantization`).  Not in mge
+(MegEngine 1.13 has them): MegEngine's vision augmentation modules.  MegEngine 1.13 has no ``Flatten`` module (use
 :func:`mge.functional.flatten`) and no GRU.
 """
 from . import init  # noqa: F401

@@ -1,8 +1,10 @@
 """``QuantStub`` and ``DequantStub`` (MegEngine 1.13's ``megengine.module.quant_dequant``).
 
-In a float model both return their input; they mark where quantization would start and end.
-(mge has no quantization: ``quantize_qat`` and the ``qat``/``quantized`` modules that would replace
-them are not there.)
+In a float model both return their input; they mark where quantization starts and ends:
+:func:`~mge.quantization.quantize_qat` replaces them by :class:`mge.module.qat.QuantStub` /
+:class:`~mge.module.qat.DequantStub` (the activation fake-quantized) and
+:func:`~mge.quantization.quantize` by the quantized ones (``astype`` to the observed quantized
+dtype, and back to float32).
 """
 from .module import Module
 
