@@ -168,17 +168,17 @@ class BatchNorm2d(_BatchNorm):
 class SyncBatchNorm(_BatchNorm):
     r"""Batch normalisation with statistics synchronised over the processes of ``group``.
 
-    mge runs one process, so this is batch normalisation of 2-D, 3-D or 4-D input; ``group`` is
-    accepted for MegEngine code and must be ``None`` (mge has no distributed groups).
+    In training, the per-channel mean and variance are those of the whole batch over the ranks
+    of ``group`` (default ``WORLD``): two ``all_reduce_sum`` of the channels' sums (the mean,
+    then the squared deviations from it), so the result and the gradients equal batch
+    normalisation of the concatenated batch.  With one process it is batch normalisation of 2-D,
+    3-D or 4-D input.
     """
 
     def __init__(self, num_features, eps=1e-5, momentum=0.9, affine=True,
                  track_running_stats=True, freeze=False, group=None, **kwargs):
         super().__init__(num_features, eps, momentum, affine, track_running_stats, freeze,
                          **kwargs)
-        if group is not None:
-            raise NotImplementedError("SyncBatchNorm: mge has no distributed process groups; "
-                                      "pass group=None")
         self.group = group
 
     def _check_input_ndim(self, inp):
@@ -193,9 +193,39 @@ class SyncBatchNorm(_BatchNorm):
             weight = None if weight is None else weight.detach()
             bias = None if bias is None else bias.detach()
         no_stats = self.running_mean is None and self.running_var is None
+        from ..distributed import group as _dist_group
+        group = self.group if self.group is not None else _dist_group.WORLD
+        training = (self.training and not self.freeze) or no_stats
+        if training and group.size > 1:
+            return self._forward_across_ranks(inp, weight, bias, group)
         return sync_batch_norm(
             inp, self.running_mean, self.running_var, weight, bias,
             training=(self.training and not self.freeze) or no_stats,
             momentum=self.momentum if (self.training and self.track_running_stats) else 0.0,
             eps=self.eps,
         )
+
+    def _forward_across_ranks(self, inp, weight, bias, group):
+        from .. import functional as F
+        from ..distributed.functional import all_reduce_sum
+        x = inp
+        if x.ndim != 4:  # (N, C) or (N, C, L): as (N, C, L, 1)
+            x = x.reshape(tuple(x.shape) + (1,) * (4 - x.ndim))
+        n_local = x.shape[0] * x.shape[2] * x.shape[3]
+        count = all_reduce_sum(mge_tensor([float(n_local)]), group).numpy()[0]
+        mean = all_reduce_sum(x.sum(axis=(0, 2, 3), keepdims=True), group) / count
+        dev = x - mean
+        var = all_reduce_sum((dev * dev).sum(axis=(0, 2, 3), keepdims=True), group) / count
+        y = dev / F.sqrt(var + self.eps)
+        if weight is not None:
+            y = y * weight + bias
+        if self.training and self.track_running_stats and self.running_mean is not None:
+            m = self.momentum
+            unbiased = var.detach() * (count / max(count - 1, 1))
+            self.running_mean._reset(self.running_mean * m + mean.detach() * (1 - m))
+            self.running_var._reset(self.running_var * m + unbiased * (1 - m))
+        return y.reshape(inp.shape) if inp.ndim != 4 else y
+
+
+def mge_tensor(value):
+    return Tensor(np.asarray(value, dtype=np.float32))
