@@ -385,3 +385,22 @@ def test_multistream_events():
     wait_event("xpux:0", e)
     z = mge.tensor(np.ones(4, np.float32), device="xpux:0") + y.to("xpux:0")
     np.testing.assert_array_equal(z.numpy(), [1, 3, 5, 7])
+
+
+def test_builtin_lamb_update_is_the_lamb_optimizers_step():
+    from mge.core._imperative_rt.core2 import apply as core2_apply
+    from mge.core.ops.builtin import LAMBUpdate
+    from mge.optimizer import LAMB
+    rng = np.random.RandomState(3)
+    w0 = rng.uniform(size=(8, 5)).astype("float32")
+    g = rng.uniform(size=(8, 5)).astype("float32")
+    p = mge.Parameter(w0)
+    opt = LAMB([p], lr=1e-3, weight_decay=0.4)
+    p.grad = mge.tensor(g)
+    opt.step()  # the first step
+    zeros = np.zeros_like(w0)
+    m, v, new = core2_apply(LAMBUpdate(0.9, 0.999, 1, 1e-3, 0.4, 1e-8, True, False),
+                            mge.tensor(zeros), mge.tensor(zeros), mge.tensor(w0), mge.tensor(g))
+    np.testing.assert_array_equal(new.numpy(), p.numpy())
+    np.testing.assert_allclose(m.numpy(), 0.1 * g, rtol=1e-6)
+    np.testing.assert_allclose(v.numpy(), 0.001 * g * g, rtol=1e-5)

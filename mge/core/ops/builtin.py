@@ -803,10 +803,24 @@ def _dropout_apply(self, inputs):
 _op("Dropout", {"drop_prob": 0.0, "seed": 0, "handle": 0},
     doc="``(x) -> (x with elements zeroed with probability drop_prob, mask)``.",
     _apply=_dropout_apply)
+def _lamb_apply(self, inputs):
+    # MegEngine's fused step, computed by mge's LAMB in ordinary ops; ``step`` is the step being
+    # taken (MegEngine's optimizer increments its count first)
+    from ...optimizer.lamb import _lamb_step
+    exp_avg, exp_avg_sq, param, grad = inputs
+    taken = _tensor(np.asarray(float(self.step) - 1.0, dtype=exp_avg.dtype))
+    new_param, new_avg, new_avg_sq, _ = _lamb_step(
+        param, grad, exp_avg, exp_avg_sq, taken, lr=float(self.lr), beta0=float(self.beta_1),
+        beta1=float(self.beta_2), eps=float(self.eps), weight_decay=float(self.weight_decay),
+        bias_correction=bool(self.bias_correction), always_adapt=bool(self.always_adapt))
+    return (new_avg, new_avg_sq, new_param)
+
+
 _op("LAMBUpdate", {"beta_1": 1.0, "beta_2": 1.0, "step": 1.0, "lr": 1.0, "weight_decay": 1.0,
                    "eps": 1.0, "bias_correction": True, "always_adapt": False},
-    doc="MegEngine's fused LAMB update; mge's ``optimizer.LAMB`` computes it with ordinary ops, "
-        "so applying this op raises ``NotImplementedError``.")
+    doc="MegEngine's fused LAMB update: ``(exp_avg, exp_avg_sq, param, grad) -> (new exp_avg, "
+        "new exp_avg_sq, new param)`` for the step ``step``, computed as mge's "
+        "``optimizer.LAMB`` computes it.", _apply=_lamb_apply)
 _op("ElemwiseMultiType", {"mode": "", "dtype": None},
     doc="MegEngine's quantized elementwise op; applying it raises ``NotImplementedError`` (mge "
         "has no quantized kernels).")
