@@ -153,3 +153,24 @@ def test_uncaught_worker_exception_propagates_and_waits_do_not_hang():
         assert "AGAIN: the mge worker thread died" in out, out + err
         assert p.returncode == 0, err
 
+
+
+@pytest.mark.parametrize("level", [0, 1, 2])
+def test_simulate_error_reports_where_the_async_level_says(level):
+    # MegEngine's F.utils._simulate_error: a kernel that fails
+    import mge.functional as F
+    saved = mge.config.async_level
+    mge.config.async_level = level
+    try:
+        if level == 0:
+            with pytest.raises(RuntimeError, match="AssertEqual"):
+                F.utils._simulate_error()
+        else:
+            y = F.utils._simulate_error()  # queued: the call returns
+            with pytest.raises(RuntimeError) as info:
+                y.numpy()
+            assert isinstance(info.value, AsyncError)
+            assert isinstance(info.value.__cause__, RuntimeError)
+        np.testing.assert_array_equal((F.zeros(3) + 1).numpy(), np.ones(3))  # still working
+    finally:
+        mge.config.async_level = saved

@@ -27,3 +27,14 @@ def _assert_equal(expect, actual, *, maxerr=0.0001, verbose=False):
     result = apply(AssertEqual(float(maxerr), bool(verbose)), expect, actual, err)[0]
     get_channel().sync()  # the check has run: its error is raised here
     return result
+
+
+def _simulate_error():
+    """A tensor whose computation fails (MegEngine's ``F.utils._simulate_error``, for testing
+    error paths): an ``AssertEqual`` of zeros against ones, whose ``RuntimeError`` surfaces
+    where the runtime reports kernel errors -- at the call with ``async_level`` 0, else as an
+    ``AsyncError`` (a ``RuntimeError``) when the value is read."""
+    x1 = Tensor([0.0] * 100, dtype="float32")
+    x2 = Tensor([1.0] * 100, dtype="float32")
+    err = Tensor(1.0, dtype="float32")
+    return apply(AssertEqual(0.0, False), x1, x2, err)[0]
