@@ -69,7 +69,8 @@ __all__ = ["save", "load", "LoadedModel", "ModelInput", "ModelFileError", "DumpR
            "FORMAT_NAME", "FORMAT_VERSION"]
 
 #: What ``save`` (and ``trace.dump``) return, with the fields of MegEngine's
-#: ``CompGraphDumpResult``: the number of ops, the file's bytes, the constants' bytes, a content
+#: ``CompGraphDumpResult``: the number of operators as MegBrain counts them (the ops, plus one
+#: per input and per constant), the file's bytes, the constants' bytes, a content
 #: hash (SHA-256 of the bytes written), the input and output names, and the constants' entries.
 DumpResult = collections.namedtuple(
     "DumpResult", ["nr_opr", "tot_bytes", "tensor_value_bytes", "content_hash", "inputs",
@@ -408,9 +409,10 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
             f.write(data)
     else:
         file.write(data)
-    return DumpResult(len(ops), len(data), sum(len(b) for b in entries.values()),
-                      hashlib.sha256(data).hexdigest(), list(arg_names), list(output_names),
-                      [c["entry"] for c in constants])
+    # (nr_opr counts as MegBrain does: each input and each constant is an operator there too)
+    return DumpResult(len(ops) + len(arg_names) + len(constants), len(data),
+                      sum(len(b) for b in entries.values()), hashlib.sha256(data).hexdigest(),
+                      list(arg_names), list(output_names), [c["entry"] for c in constants])
 
 
 #: Other formats ``trace.dump(format=...)`` writes: name -> (its option names, writer).  A
