@@ -132,6 +132,23 @@ def _training():
     x, y, img = _data()
     k = len(x) // n
     out["grads"], out["params1"] = _one_step(net, x[r * k:(r + 1) * k], y[r * k:(r + 1) * k])
+    # bucketed all-reduce (a 50-byte bucket threshold: fc2's gradients and fc1's bias, then fc1's
+    # weight; the default 10 MiB: one bucket at the end) equals the gradients reduced one by one
+    xr, yr = mge.tensor(x[r * k:(r + 1) * k]), mge.tensor(y[r * k:(r + 1) * k])
+    for name, thd in (("small", 50), ("default", None)):
+        cb = dist.make_allreduce_cb("MEAN")
+        if thd is not None:
+            cb._param_pack_thd = thd
+        ref = lambda p, g: F.distributed.all_reduce_sum(g) / n  # noqa: E731
+        grads = {}
+        for key, cbs in (("bucket", [cb]), ("ref", [ref])):
+            net2 = _net(seed=11)
+            gm = mge.autodiff.GradManager().attach(net2.parameters(), callbacks=cbs)
+            for _ in range(2):  # the callback's state is per backward
+                with gm:
+                    gm.backward(F.nn.cross_entropy(net2(xr), yr))
+            grads[key] = [p.grad.numpy() for p in net2.parameters()]
+        out["bucket_" + name] = (grads["bucket"], grads["ref"], list(cb._packed))
     # SyncBatchNorm on this rank's part of the batch
     bn = M.SyncBatchNorm(3)
     bn.weight._reset(mge.tensor(np.array([1.5, -0.5, 2.0], "float32").reshape(1, 3, 1, 1)))
@@ -225,6 +242,13 @@ def test_collectives_2_and_training():
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
         for a, b in zip(o["params1"], params1):
             np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    for o in res:
+        for name, packed in (("small", [("float32", 3), ("float32", 1)] * 2),
+                             ("default", [("float32", 4)] * 2)):
+            bucketed, ref, got = o["bucket_" + name]
+            assert got == packed, (name, got)
+            for a, b in zip(bucketed, ref):
+                np.testing.assert_array_equal(a, b)
     bn = M.BatchNorm2d(3)
     bn.weight._reset(mge.tensor(np.array([1.5, -0.5, 2.0], "float32").reshape(1, 3, 1, 1)))
     xi = mge.tensor(img)
