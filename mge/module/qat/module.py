@@ -2,8 +2,8 @@
 (MegEngine 1.13's ``megengine.module.qat.module``)."""
 from abc import abstractmethod
 
-from ...quantization.fake_quant import FakeQuantize
-from ...quantization.observer import Observer
+from ...quantization.fake_quant import FakeQuantize  # noqa: F401  (type comments)
+from ...quantization.observer import Observer  # noqa: F401  (type comments)
 from ...quantization.qconfig import QConfig
 from ...quantization.utils import fake_quant_bias
 from ...tensor import Tensor
