@@ -80,6 +80,16 @@ def _collectives():
         out["mismatch"] = "no error"
     except Exception as e:
         out["mismatch"] = repr(e.__cause__ if e.__cause__ is not None else e)
+    # an input no one else sees takes the result in place (large: not a tiny host value)
+    big = np.tile(_inp(r), (1, 2000))
+    out["sum_tmp"] = fd.all_reduce_sum(mge.tensor(big) * 2).numpy()
+    out["max_tmp"] = fd.all_reduce_max(mge.tensor(big) + 1).numpy()
+    out["bcast_tmp"] = fd.broadcast(mge.tensor(big) * 3).numpy()
+    try:
+        fd.all_reduce_sum(mge.tensor(np.zeros(50000 + r, "float32")) * 2).numpy()
+        out["mismatch_tmp"] = "no error"
+    except Exception as e:
+        out["mismatch_tmp"] = repr(e.__cause__ if e.__cause__ is not None else e)
     dist.group_barrier()
     out["after"] = fd.all_reduce_sum(mge.tensor([1.0])).numpy()  # still usable
     return out
@@ -223,6 +233,11 @@ def _check_collectives(res, n):
         expect = c * 2 * xs[r] + c + (c if r == 0 else 0)
         np.testing.assert_allclose(o["grad"], expect, rtol=1e-6)
         assert "ValueError" in o["mismatch"] and "differ" in o["mismatch"], o["mismatch"]
+        big = [np.tile(x, (1, 2000)) for x in xs]
+        np.testing.assert_array_equal(o["sum_tmp"], 2 * sum(big))
+        np.testing.assert_array_equal(o["max_tmp"], np.max(big, 0) + 1)
+        np.testing.assert_array_equal(o["bcast_tmp"], 3 * big[0])
+        assert "ValueError" in o["mismatch_tmp"] and "differ" in o["mismatch_tmp"]
         np.testing.assert_array_equal(o["after"], [n])
 
 

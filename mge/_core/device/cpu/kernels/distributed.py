@@ -1,6 +1,8 @@
 """CPU kernels of ``Collective`` on MPI (mpi4py), and the communicators they run on.
 
-The numpy buffers go to MPI as they are (``Allreduce(x, out)``): a contiguous input is not copied.
+The numpy buffers go to MPI as they are (``Allreduce(x, out)``): a contiguous input is not copied,
+and an input that no other tensor or view sees (a bucket's packed gradients) takes the result in
+place (``Allreduce(MPI.IN_PLACE, x)``, the in-place kernel), with no new output buffer.
 Every collective first exchanges a fixed 10-int header (ndim, dtype, shape) with one small
 ``Allgather``, so that ranks whose shapes or dtypes differ all raise the same ``ValueError``
 instead of reducing mismatched bytes.  A group of one rank (every group of a process that no MPI
@@ -13,12 +15,13 @@ thread uses a separate duplicate of the world communicator for its control messa
 """
 import collections
 import os
+import sys
 import threading
 
 import numpy as np
 
 from ....ops.distributed import Collective
-from ..table import def_kernel
+from ..table import def_inplace, def_kernel
 
 __all__ = ["mpi", "env_world", "transport"]
 
@@ -147,6 +150,48 @@ def _bytes(a):
     return a.reshape(-1).view(np.uint8)
 
 
+# Output buffers of large reductions kept for reuse: the first touch of a fresh buffer's pages
+# costs as much as the reduction itself on one machine (a page fault per 4 KiB).  A kept array is
+# taken again only when this list is all that still refers to it: its tensor was freed and no
+# view of it (``.numpy()``), no other tensor sees it, by the same reference count as the CPU
+# device's in-place reuse.  At most _POOL_MAX arrays of at least _POOL_MIN bytes are kept.
+_POOL = []
+_POOL_MIN = 1 << 18
+_POOL_MAX = 4
+_POOL_LOCK = threading.Lock()
+
+
+def _refs(values, i):
+    return sys.getrefcount(values[i])
+
+
+_POOL_SOLE = _refs([np.empty(1)], 0)
+
+
+def _fresh(shape, dtype):
+    """An uninitialised array of ``shape`` and ``dtype``: a kept one nobody sees, or a new one."""
+    dtype = np.dtype(dtype)
+    nbytes = int(np.prod(shape)) * dtype.itemsize
+    if nbytes < _POOL_MIN:
+        return np.empty(shape, dtype)
+    with _POOL_LOCK:
+        pool = _POOL
+        for i in range(len(pool)):
+            if _refs(pool, i) <= _POOL_SOLE:
+                a = pool[i]
+                if a.shape == shape and a.dtype == dtype:
+                    return a
+        out = np.empty(shape, dtype)
+        for i in range(len(pool)):  # replace a free one of another shape, else the oldest
+            if _refs(pool, i) <= _POOL_SOLE:
+                pool[i] = out
+                return out
+        pool.append(out)
+        if len(pool) > _POOL_MAX:
+            del pool[0]
+        return out
+
+
 _LOCAL = collections.defaultdict(collections.deque)  # sends of a process to itself, by tag
 
 
@@ -159,6 +204,32 @@ def _local(op, x):
         if not _LOCAL[op.tag]:
             raise RuntimeError(f"{op.name}: nothing was sent to this process with tag {op.tag}")
         return (_LOCAL[op.tag].popleft(),)
+    return (x,)
+
+
+_IN_PLACE_MODES = ("all_reduce_sum", "all_reduce_max", "all_reduce_min", "broadcast")
+
+
+@def_inplace(Collective)
+def _cpu_collective_inplace(op, arrays, k):
+    # The input's tensor has no other user (the packed gradients of a bucket, a temporary): the
+    # result is written over it with MPI_IN_PLACE, no fresh output buffer (whose first touch of
+    # every page costs as much as the reduction of a large buffer on one machine).  The
+    # shape/dtype check across ranks runs first, so mismatched ranks raise before a byte changes.
+    mode = op.mode
+    if mode not in _IN_PLACE_MODES or len(op.ranks) == 1:
+        return None
+    x = arrays[0]
+    if mode != "broadcast" and x.dtype not in _ARITH:
+        return None  # booleans and float16 take the ordinary kernel's paths
+    t = transport()
+    t.reap()
+    comm = t.comm(op.ranks)
+    _check_same(op, comm, x)
+    if mode == "broadcast":
+        comm.Bcast(_bytes(x), root=op.root)
+    else:
+        comm.Allreduce(t.MPI.IN_PLACE, x, _mpi_op(t.MPI, mode))
     return (x,)
 
 
@@ -208,7 +279,7 @@ def _cpu_collective(op, *inputs):
             if me != root:
                 out[...] = 0  # the non-root ranks' output is unused (MegEngine gives None)
         else:
-            out = np.empty_like(xx)
+            out = _fresh(xx.shape, xx.dtype)
             comm.Allreduce(xx, out, red)
         return (out if cast is None else out.astype(cast),)
     if mode == "broadcast":
