@@ -28,7 +28,6 @@ from . import distributed  # noqa: E402,F401  (a world of one process; MPI is is
 from . import data  # noqa: E402,F401  (lazy: its submodules load on first use)
 from . import utils  # noqa: E402,F401  (lazy: profiler, profile_analyze, module_stats)
 from . import hub  # noqa: E402,F401  (megengine.hub: hubconf entry points, pretrained weights)
-from . import quantization  # noqa: E402,F401  (and module.qat, module.quantized)
 from .serialization import load, save  # noqa: E402
 from .logger import enable_debug_log, get_logger, set_log_file, set_log_level  # noqa: E402
 from .device import (coalesce_free_memory, get_cuda_compute_capability,  # noqa: E402,F401
@@ -66,3 +65,12 @@ __all__ = ["Tensor", "tensor", "Parameter", "functional", "random", "amp", "auto
            "get_reserved_memory", "get_max_reserved_memory", "get_cuda_version",
            "get_cudnn_version", "get_cuda_driver_version", "get_cuda_compute_capability",
            "get_cuda_device_property"]
+
+
+def __getattr__(name):
+    # ``mge.quantization`` (and with it ``module.qat``/``module.quantized``) loads on first use:
+    # it needs the quantized dtypes, whose ``bfloat16`` import (ml_dtypes) is slow.
+    if name == "quantization":
+        import importlib
+        return importlib.import_module(f"{__name__}.quantization")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -63,3 +63,11 @@ __all__ = [
     "RNNCell", "LSTMCell", "RNN", "LSTM", "MultiHeadAttention", "QuantStub", "DequantStub",
     "init",
 ]
+
+
+def __getattr__(name):
+    # ``M.qat`` / ``M.quantized`` load on first use (they import ``mge.quantization``).
+    if name in ("qat", "quantized"):
+        import importlib
+        return importlib.import_module(f"{__name__}.{name}")
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -39,7 +39,3 @@ __all__ = [
     "QParams", "QuantMode", "create_qparams", "fake_quant_tensor", "fake_quant_bias",
 ]
 
-# As in MegEngine, importing the package loads the QAT and quantized modules (and with them
-# ``mge.functional.quantized``), so ``mge.module.qat`` is there after ``import mge``.
-from ..module import qat as _qat  # noqa: E402,F401
-from ..module import quantized as _quantized  # noqa: E402,F401
