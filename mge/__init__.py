@@ -28,6 +28,7 @@ from . import distributed  # noqa: E402,F401  (a world of one process; MPI is is
 from . import data  # noqa: E402,F401  (lazy: its submodules load on first use)
 from . import utils  # noqa: E402,F401  (lazy: profiler, profile_analyze, module_stats)
 from . import hub  # noqa: E402,F401  (megengine.hub: hubconf entry points, pretrained weights)
+from .functional import quantized as _quantized_functional  # noqa: E402,F401  (F.quantized)
 from .serialization import load, save  # noqa: E402
 from .logger import enable_debug_log, get_logger, set_log_file, set_log_level  # noqa: E402
 from .device import (coalesce_free_memory, get_cuda_compute_capability,  # noqa: E402,F401

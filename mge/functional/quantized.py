@@ -13,8 +13,19 @@ from typing import Tuple, Union
 
 import numpy as np
 
-from ..core.tensor import dtype as _dt
 from ..tensor import Tensor
+
+
+class _LazyDtype:
+    # mge.core.tensor.dtype imports ml_dtypes (slow): ``import mge`` loads this module, so the
+    # dtype helpers are looked up on first use.
+    def __getattr__(self, name):
+        from ..core.tensor import dtype
+
+        return getattr(dtype, name)
+
+
+_dt = _LazyDtype()
 
 __all__ = ["conv_bias_activation", "batch_conv_bias_activation", "conv_transpose2d"]
 
