@@ -499,3 +499,21 @@ def test_repr_and_exports():
     for mod in (QAT, Q):
         for name in mod.__all__:
             assert getattr(mod, name).__doc__, name
+
+
+def test_bn_fusion_folds_in_eval_and_keeps_bn_in_training():
+    from mge.utils.bn_fusion import fuse_conv_bn_relu_module, fuse_linear_bn_relu_module
+
+    mge.random.seed(19)
+    conv, bn, relu = M.Conv2d(2, 3, 3, padding=1), M.BatchNorm2d(3), M.ReLU()
+    bn.running_mean[...] = mge.tensor(np.array([0.1, -0.2, 0.3]).reshape(1, 3, 1, 1))
+    bn.running_var[...] = mge.tensor(np.array([0.5, 2.0, 1.5]).reshape(1, 3, 1, 1))
+    for m in (conv, bn):
+        m.eval()
+    fused = fuse_conv_bn_relu_module(conv, bn, relu)
+    assert type(fused) is M.ConvRelu2d
+    x = np.random.default_rng(20).normal(size=(2, 2, 4, 4)).astype(np.float32)
+    ref = np.maximum(bn(conv(mge.tensor(x))).numpy(), 0)
+    np.testing.assert_allclose(fused(mge.tensor(x)).numpy(), ref, atol=1e-5)
+    lin, bn1 = M.Linear(4, 3), M.BatchNorm1d(3)
+    assert type(fuse_linear_bn_relu_module(lin, bn1, None)) is M.LinearBn1d
