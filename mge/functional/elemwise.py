@@ -327,3 +327,8 @@ def greater(x, y):
 def greater_equal(x, y):
     """Elementwise ``x >= y`` (a bool tensor).  MegEngine signature: ``greater_equal(x, y)``."""
     return _e("geq", x, y)
+
+
+# MegEngine defines its quantized elementwise helpers here; mge keeps them with the other
+# quantized functions and answers the old import path.
+from .quantized import _elemwise_multi_type, _elwise  # noqa: E402,F401
