@@ -517,3 +517,15 @@ def test_bn_fusion_folds_in_eval_and_keeps_bn_in_training():
     np.testing.assert_allclose(fused(mge.tensor(x)).numpy(), ref, atol=1e-5)
     lin, bn1 = M.Linear(4, 3), M.BatchNorm1d(3)
     assert type(fuse_linear_bn_relu_module(lin, bn1, None)) is M.LinearBn1d
+
+
+def test_matmul_of_qint8_answers_qint32_with_the_product_of_scales():
+    from mge.core.tensor import dtype as qd
+    rng = np.random.RandomState(5)
+    da, db = qd.qint8(np.float32(0.37)), qd.qint8(np.float32(0.11))
+    a = mge.tensor(qd.convert_to_qint8(rng.uniform(-20, 20, (3, 12)), da))
+    b = mge.tensor(qd.convert_to_qint8(rng.uniform(-20, 20, (5, 12)), db))
+    r = F.matmul(a, b, transpose_b=True)
+    assert qd.get_scale(r.dtype) == pytest.approx(float(np.float32(0.37) * np.float32(0.11)))
+    ints = a.numpy().astype(np.int64) @ b.numpy().astype(np.int64).T
+    np.testing.assert_array_equal(r.numpy().astype(np.int64), ints)

@@ -92,15 +92,29 @@ def _two_inputs(op, descs):
     if a[1].kind == "b" or b[1].kind == "b":
         raise op_error(TypeError, op, "bool inputs are not supported", descs)
     dtype = a[1] if a[1] == b[1] else common_dtype([a[1], b[1]])
-    return a, b, product_dtype(dtype)
+    return a, b, product_dtype(dtype, a[1], b[1])
 
 
-def product_dtype(dtype):
+def product_dtype(dtype, a=None, b=None):
     """The dtype of a product of two ``dtype`` matrices: integers narrower than 32 bits
-    accumulate and answer in int32 (MegEngine: int8 by int8 is int32)."""
+    accumulate and answer in int32 (MegEngine: int8 by int8 is int32).  Two quantized int8
+    inputs ``a``, ``b`` (dtype metadata ``QuantizedS8``) answer in MegEngine's ``QuantizedS32``
+    with the product of their scales."""
+    if a is not None and b is not None:
+        qa, qb = _qs8_scale(a), _qs8_scale(b)
+        if qa is not None and qb is not None:
+            return np.dtype("int32", metadata={"mgb_dtype": {
+                "name": "QuantizedS32", "scale": float(np.float32(qa) * np.float32(qb))}})
     if dtype.kind in "iu" and dtype.itemsize < 4:
         return _int32
     return dtype
+
+
+def _qs8_scale(dtype):
+    meta = dtype.metadata.get("mgb_dtype") if dtype.metadata else None
+    if meta is not None and meta.get("name") == "QuantizedS8":
+        return meta["scale"]
+    return None
 
 
 @def_infer(MatrixMul)

@@ -26,12 +26,14 @@ def _matmul_kernel(op, a, b):
         a = np.swapaxes(a, -1, -2)
     if op.transposeB and b.ndim >= 2:
         b = np.swapaxes(b, -1, -2)
-    dtype = product_dtype(a.dtype)
+    dtype = product_dtype(a.dtype, a.dtype, b.dtype)
     if op.compute_mode == "float32" and dtype == _float16:
         return (np.matmul(a.astype(_float32), b.astype(_float32)).astype(dtype),)
     if dtype != a.dtype:  # narrow integers accumulate in int32
         a, b = a.astype(dtype), b.astype(dtype)
-    return (np.asarray(np.matmul(a, b), dtype=dtype),)
+    out = np.asarray(np.matmul(a, b), dtype=dtype)
+    # (a quantized product's dtype carries its scale as metadata, which asarray may drop)
+    return (out.view(dtype) if dtype.metadata and out.dtype.metadata != dtype.metadata else out,)
 
 
 def_kernel(MatrixMul)(_matmul_kernel)
