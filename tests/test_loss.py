@@ -134,9 +134,9 @@ def test_hinge_loss(norm):
         F.loss.hinge_loss(T(pred), T(label), norm="L3")
 
 
-def test_ctc_loss_not_implemented():
-    with pytest.raises(NotImplementedError, match="ctc_loss"):
-        F.loss.ctc_loss(None, None, None, None)
+def test_ctc_loss_names_a_pred_of_the_wrong_rank():
+    with pytest.raises(ValueError, match=r"ctc_loss: pred must be 3-D \(T, N, C\), got shape \(2, 3\)"):
+        F.loss.ctc_loss(mge.tensor(np.ones((2, 3), "float32")), [2, 2], [[1], [1]], [1, 1])
 
 
 def test_cross_entropy_takes_numpy_int64_labels():

@@ -142,6 +142,8 @@ def ctc_loss(pred, pred_lengths, label, label_lengths, blank=0, reduction="mean"
 
     if not isinstance(pred, Tensor):
         pred = Tensor(np.asarray(pred, np.float32))
+    if pred.ndim != 3:  # (MegEngine fails on the unpacking below with no word of what is wrong)
+        raise ValueError(f"ctc_loss: pred must be 3-D (T, N, C), got shape {pred.shape}")
     T, N, C = (int(s) for s in pred.shape)
     plen, llen, lab = host(pred_lengths).reshape(-1), host(label_lengths).reshape(-1), host(label)
     assert plen.size == N, \
