@@ -135,7 +135,8 @@ def test_hinge_loss(norm):
 
 
 def test_ctc_loss_names_a_pred_of_the_wrong_rank():
-    with pytest.raises(ValueError, match=r"ctc_loss: pred must be 3-D \(T, N, C\), got shape \(2, 3\)"):
+    message = r"ctc_loss: pred must be 3-D \(T, N, C\), got shape \(2, 3\)"
+    with pytest.raises(ValueError, match=message):
         F.loss.ctc_loss(mge.tensor(np.ones((2, 3), "float32")), [2, 2], [[1], [1]], [1, 1])
 
 
