@@ -328,3 +328,55 @@ def test_guide_example_trains_on_2_processes():
     r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=180)
     assert r.returncode == 0, r.stdout + r.stderr
     assert "trained on 2 processes" in r.stdout
+
+
+_ORPHAN_PARENT = r"""
+import os, sys, time
+import mge.distributed as dist
+
+def work(marks):
+    open(os.path.join(marks, "rank.%d" % dist.get_rank()), "w").write(str(os.getpid()))
+    time.sleep(120)  # far longer than the test waits
+
+dist.launcher(work, n_gpus=2)(sys.argv[1])
+"""
+
+
+def test_ranks_do_not_outlive_a_killed_launcher(tmp_path):
+    # the launcher's process killed with SIGKILL (no chance to clean up): its ranks exit
+    import signal
+    import subprocess
+    script = tmp_path / "parent.py"
+    script.write_text(_ORPHAN_PARENT)
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    parent = subprocess.Popen([sys.executable, str(script), str(marks)])
+    try:
+        deadline = time.monotonic() + 60
+        while len(list(marks.iterdir())) < 2:
+            assert time.monotonic() < deadline, "the ranks did not start"
+            assert parent.poll() is None, "the launcher ended early"
+            time.sleep(0.1)
+        pids = [int(p.read_text()) for p in marks.iterdir()]
+    finally:
+        parent.send_signal(signal.SIGKILL)
+        parent.wait()
+    deadline = time.monotonic() + 20
+    alive = pids
+    while alive and time.monotonic() < deadline:
+        time.sleep(0.2)
+        alive = [p for p in pids if _alive(p)]
+    assert not alive, f"ranks {alive} outlived their launcher"
+
+
+def _alive(pid):
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    try:  # a zombie (exited, not yet reaped by its parent) is gone too
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().split(")")[-1].split()[0] != "Z"
+    except OSError:
+        return False
+    return True

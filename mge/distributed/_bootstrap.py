@@ -1,14 +1,36 @@
 """The program each rank of a :class:`~mge.distributed.launcher` job runs:
 ``python -m mge.distributed._bootstrap DIR`` reads ``DIR/payload.pkl``, attaches to the MPI world,
 calls the function, and writes ``DIR/result.RANK`` (its return value, pickled) or
-``DIR/error.RANK`` (the traceback; then the MPI job is aborted, so no peer waits forever)."""
+``DIR/error.RANK`` (the traceback; then the MPI job is aborted, so no peer waits forever).  A
+rank whose launcher process is gone exits (``MGE_LAUNCHER_PID``): no job outlives its launcher."""
 import os
 import pickle
 import sys
+import threading
+import time
 import traceback
+
+PARENT_POLL_S = 0.5
+
+
+def _watch_launcher(pid):
+    # The launcher's process may die without killing the job (SIGKILL, a killed pytest): the
+    # ranks must not live on.  (mpiexec ends when its ranks do.)
+    while True:
+        time.sleep(PARENT_POLL_S)
+        try:
+            os.kill(pid, 0)
+        except ProcessLookupError:
+            os._exit(1)
+        except OSError:
+            pass
 
 
 def main(tmp):
+    pid = os.environ.get("MGE_LAUNCHER_PID")
+    if pid:
+        threading.Thread(target=_watch_launcher, args=(int(pid),), daemon=True,
+                         name="mge-launcher-watch").start()
     with open(os.path.join(tmp, "payload.pkl"), "rb") as f:
         meta = pickle.load(f)
         sys.path[:] = meta["sys_path"]

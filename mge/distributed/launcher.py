@@ -129,6 +129,7 @@ def _run_mpiexec(self, args, kwargs):
         cmd = [_mpiexec(), "-n", str(n), sys.executable, "-m", "mge.distributed._bootstrap", tmp]
         env = dict(os.environ)
         env.setdefault("MGE_DIST_LAUNCHED", "1")
+        env["MGE_LAUNCHER_PID"] = str(os.getpid())  # the ranks exit if this process dies
         start = time.monotonic()
         proc = subprocess.Popen(cmd, env=env, start_new_session=True)
         try:
