@@ -10,8 +10,9 @@ loads it.
 * Modes that only make sense on floats (``true_div``, ``exp``, ``sigmoid``...) turn integer inputs
   into float32: ``int / int`` is float32 in MegEngine.
 * Under ``mge.amp.autocast`` (``mge.amp.enabled``), matrix products and convolutions run in
-  ``amp.low_prec_dtype`` (float16) and ops that need range (normalisation, softmax, reductions)
-  in ``amp.high_prec_dtype``.
+  ``amp.low_prec_dtype`` (float16) and ops that need range (layer normalisation, softmax,
+  reductions) in ``amp.high_prec_dtype``; batch normalisation takes its data in low precision and
+  its parameters and statistics in high precision, as MegEngine's ``batch_norm_rule``.
 """
 import cython
 import numpy as np
@@ -111,13 +112,26 @@ def _autocast_high(inputs):
     return None
 
 
+def _batch_norm_rule(op, inputs, next):
+    # MegEngine's batch_norm_rule: under autocast the data runs in low precision and the
+    # parameters and statistics in high precision (the output is low precision)
+    if not amp.autocast:
+        return next(op, inputs)
+    low, high = amp.low_prec_dtype, amp.high_prec_dtype
+    return next(op, tuple(x if x.dtype == (low if i == 0 else high)
+                          else _cast(next, x, low if i == 0 else high)
+                          for i, x in enumerate(inputs)))
+
+
 def _rules():
     rules = {Elemwise: _elemwise_rule}
     for name in ("MatrixMul", "BatchedMatrixMul", "Convolution", "ConvolutionBackwardData", "Linear"):
         cls = getattr(ops, name, None)
         if cls is not None:
             rules[cls] = _all_inputs_to(_autocast_low)
-    for name in ("BatchNorm", "LayerNorm", "Softmax", "LogSoftmax"):
+    if hasattr(ops, "BatchNorm"):
+        rules[ops.BatchNorm] = _batch_norm_rule
+    for name in ("LayerNorm", "Softmax", "LogSoftmax"):
         cls = getattr(ops, name, None)
         if cls is not None:
             rules[cls] = _all_inputs_to(_autocast_high)

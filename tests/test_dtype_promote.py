@@ -101,3 +101,17 @@ def test_disabled_autocast_context_changes_nothing():
     with mge.amp.autocast(enabled=False):
         assert mge.amp.enabled is False
         assert F.matmul(Tensor(np.ones((1, 1), "float32")), Tensor(np.ones((1, 1), "float32"))).dtype == np.float32
+
+
+def test_batch_norm_under_autocast_takes_low_precision_data_and_high_precision_parameters():
+    # MegEngine's batch_norm_rule: the data in float16, weight/bias/statistics in float32
+    import mge.functional as F
+    rng = np.random.RandomState(7)
+    x = mge.tensor(rng.randn(2, 3, 4, 4).astype("float32"))
+    w = mge.tensor(np.ones((1, 3, 1, 1), "float32"))
+    b = mge.tensor(np.zeros((1, 3, 1, 1), "float32"))
+    with mge.amp.autocast():
+        out = F.batch_norm(x, weight=w, bias=b, training=True, inplace=False)
+    manual = F.batch_norm(x.astype("float16"), weight=w, bias=b, training=True, inplace=False)
+    assert out.dtype == np.float16 and manual.dtype == np.float16
+    np.testing.assert_array_equal(out.numpy(), manual.numpy())
