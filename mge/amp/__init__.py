@@ -1,7 +1,8 @@
 """Automatic mixed precision (MegEngine's ``megengine.amp``).
 
 Under :class:`autocast`, matrix products and convolutions compute in ``low_prec_dtype`` (float16)
-and normalisations, softmax and the like in ``high_prec_dtype`` (float32).  The casting is done by
+and layer normalisation, softmax and the like in ``high_prec_dtype`` (float32); batch
+normalisation takes float16 data and float32 parameters and statistics (as MegEngine).  The casting is done by
 the ``dtype_promote`` transformation plugin; this package only sets its switches.
 :class:`GradScaler` scales the loss so that small float16 gradients do not underflow.
 
