@@ -6,7 +6,7 @@
     >>> F.relu(x).sum().item()
     8.0
 """
-__version__ = "0.1.0"
+from .version import __version__
 
 from . import _core  # noqa: F401  (ops and the runtime)
 from ._core.device import get_default_device, set_default_device

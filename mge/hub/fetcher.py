@@ -15,7 +15,7 @@ import tempfile
 import zipfile
 from typing import Tuple
 
-from .. import __version__
+from ..version import __version__
 from ..distributed import is_distributed, synchronized
 from ..logger import get_logger
 from .const import (

@@ -531,8 +531,8 @@ def _tensor_names(tree, prefix, names):
 
 
 def _mge_version():
-    mge = sys.modules.get("mge")
-    return getattr(mge, "__version__", "?")
+    from ..version import __version__
+    return __version__
 
 
 # -- loading ---------------------------------------------------------------------------------------

@@ -326,7 +326,7 @@ class PersistentCacheOnServer(_PersistentCache):
         url = os.getenv("MGE_FASTRUN_CACHE_URL")
         if url is None:
             return None
-        from .. import __version__
+        from ..version import __version__
         prefix = f"mgbcache:{getpass.getuser()}:MGB{__version__}:GIT:mge::"
         parsed = urllib.parse.urlparse(url)
         if parsed.username:
