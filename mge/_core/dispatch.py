@@ -19,7 +19,7 @@ Stack, Transformation = _t.Stack, _t.Transformation
 
 _accel.guard(__name__)
 
-__all__ = ["apply", "apply_tuple", "set_top_hook", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs"]
+__all__ = ["apply", "apply_tuple", "set_top_hook", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs", "set_graph_hook"]
 
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
@@ -130,6 +130,8 @@ def _through_stack(op, inputs):
     cls = _Tensor
     for x in inputs:
         if not isinstance(x, cls):
+            if _graph_var is not None and _has_graph_var(inputs):
+                return _graph_apply(op, inputs)
             inputs = _convert(inputs, op)
             break
     try:
@@ -137,6 +139,27 @@ def _through_stack(op, inputs):
     except KeyError:
         chain = stack.chain_for(type(op))
     return chain(op, inputs)
+
+
+_graph_var = None    # the VarNode class of mge.core.tensor.megbrain_graph, once imported
+_graph_apply = None  # its op-building function: (op, inputs) -> tuple of VarNodes
+
+
+def set_graph_hook(var_type, graph_apply):
+    """Send every ``apply`` with an input of type ``var_type`` to ``graph_apply(op, inputs)``
+    instead of the stack (``None, None``: no more).  MegBrain-style graph building
+    (``mge.core.tensor.megbrain_graph``) uses it: an op on ``VarNode`` objects adds a node to
+    their graph rather than running.  Checked only when an input is not a ``Tensor``, so it
+    costs tensors' ops nothing."""
+    global _graph_var, _graph_apply
+    _graph_var, _graph_apply = var_type, graph_apply
+
+
+def _has_graph_var(inputs):
+    for x in inputs:
+        if isinstance(x, _graph_var):
+            return True
+    return False
 
 
 def convert_inputs(inputs, op=None):
