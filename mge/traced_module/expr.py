@@ -66,6 +66,11 @@ class Expr:
         self.outputs = list(outputs)
         for n in self.outputs:
             n.expr = self
+            if not getattr(n, "_qualname", ""):
+                n._qualname = _make_qualname(self, n)
+
+    def _qualname_tag(self):
+        return None
 
     def unflatten_args(self, inputs):
         """``(args, kwargs)`` rebuilt from the input values and the constants."""
@@ -114,6 +119,34 @@ class Expr:
 
     def __getstate__(self):
         return dict(self.__dict__)
+
+
+def _make_qualname(expr, node):
+    graph = expr._top_graph
+    base = getattr(graph, "_qualname", None) or ""
+    if isinstance(expr, GetAttr):
+        return f"{expr.inputs[0]._qualname}.{expr.name}"
+    if isinstance(expr, CallMethod) and expr.method == "__call__" and expr.inputs and \
+            isinstance(expr.inputs[0], ModuleNode):
+        return f"{expr.inputs[0]._qualname}.[out]"
+    if isinstance(expr, Input) and isinstance(node, ModuleNode):
+        return base
+    if isinstance(expr, CallMethod):
+        tag = "method_" + expr.method.strip("_")
+    elif isinstance(expr, CallFunction):
+        tag = "func_" + getattr(expr.func, "__name__", "function")
+    elif isinstance(expr, Apply):
+        tag = "def_" + type(expr.opdef).__name__.lower()
+    else:
+        tag = node._name or "node"
+    if graph is not None:
+        used = graph.__dict__.setdefault("_used_qualnames", set())
+        t, i = tag, 1
+        while t in used:
+            t, i = f"{tag}_{i}", i + 1
+        used.add(t)
+        tag = t
+    return f"{base}.[{tag}]"
 
 
 def _fmt(v):

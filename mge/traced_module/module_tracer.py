@@ -264,7 +264,49 @@ def _is_builtin_module(m):
     if getattr(t, "argdef_graph_map", None) is not None or hasattr(m, "argdef_graph_map"):
         return False
     mod = t.__module__ or ""
-    return (mod.startswith("mge.module") or mod.startswith("megengine.module")) and t is not Module
+    if mod.startswith(_BUILTIN_MODULE_PREFIXES) and t is not Module:
+        return True
+    # observers and fake quantizers are opaque even when user-defined (a QAT module being
+    # traced has its user-defined ones swapped for a fixed-qparams FakeQuantize first)
+    from mge.quantization.fake_quant import _FakeQuantize
+    from mge.quantization.observer import Observer
+    return isinstance(m, (Observer, _FakeQuantize))
+
+
+_BUILTIN_MODULE_PREFIXES = ("mge.module", "megengine.module", "mge.quantization.",
+                            "mge.traced_module.fake_quant")
+
+
+def _is_registered_builtin(m):
+    """Built-in by class (not by being an observer or fake quantizer)."""
+    t = type(m)
+    return id(t) in _BUILTIN_MODULE_TYPES or (
+        (t.__module__ or "").startswith(_BUILTIN_MODULE_PREFIXES) and
+        not hasattr(m, "argdef_graph_map"))
+
+
+def check_qat_module(qat_module):
+    """Swap a QAT module's user-defined observer / fake quantizer (which tracing cannot keep
+    opaque) for a :class:`~mge.traced_module.fake_quant.FakeQuantize` holding the qparams it
+    gives now (MegEngine does this in place too)."""
+    from .fake_quant import FakeQuantize
+
+    def builtin(m):
+        return m is None or _is_registered_builtin(m)
+
+    for kind in ("act", "weight"):
+        if not getattr(qat_module, f"with_{kind}", False):
+            continue
+        obs = getattr(qat_module, f"{kind}_observer", None)
+        fq = getattr(qat_module, f"{kind}_fake_quant", None)
+        if builtin(obs) and builtin(fq):
+            continue
+        src = obs if hasattr(obs, "get_qparams") else fq
+        dtype = obs.dtype if hasattr(obs, "dtype") else fq.dtype
+        new = FakeQuantize(dtype)
+        new.set_qparams(src.get_qparams())
+        object.__setattr__(qat_module, f"{kind}_observer", None)
+        object.__setattr__(qat_module, f"{kind}_fake_quant", new)
 
 
 def _module_call_wrapper(orig_call):
@@ -273,7 +315,7 @@ def _module_call_wrapper(orig_call):
             return orig_call(self, *args, **kwargs)
         scope = _state.scopes[-1]
         if getattr(_state, "inline", False) and scope.module is not self and \
-                hasattr(self, "argdef_graph_map"):
+                hasattr(self, "argdef_graph_map") and not getattr(self, "is_qat", False):
             return orig_call(self, *args, **kwargs)
         mnode = scope.module_node(self)
         base = mnode.name
@@ -282,7 +324,8 @@ def _module_call_wrapper(orig_call):
             return _record(expr, lambda m, *a, **k: orig_call(m, *a, **k), (self,) + args,
                            kwargs, base, self_node=mnode)
         from .traced_module import trace_user_module
-        return _record(expr, lambda m, *a, **k: trace_user_module(m, a, k, orig_call),
+        qn = mnode._qualname
+        return _record(expr, lambda m, *a, **k: trace_user_module(m, a, k, orig_call, qn),
                        (self,) + args, kwargs, base, self_node=mnode)
     __call__.__wrapped_tm__ = orig_call
     return __call__

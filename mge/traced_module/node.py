@@ -27,6 +27,7 @@ class Node:
             _next_id[0] += 1
             self._name = name
         self._orig_name = name
+        self._qualname = ""
 
     @classmethod
     def _set_next_id(cls, id=0):
@@ -60,9 +61,10 @@ class Node:
 
     @property
     def qualname(self):
-        """``graph name`` + ``_`` + node name: what :meth:`get_node_by_name` matches."""
-        g = self._top_graph
-        return f"{g._name}_{self._name}" if g is not None else self._name
+        """Where the node's value lives in the top module, as a dotted path: a module or an
+        attribute is its attribute path (``"Net.block.conv"``), a computed tensor names its
+        producer in brackets (``"Net.block.conv.[out]"``, ``"Net.block.[func_relu]"``)."""
+        return self._qualname
 
     def __repr__(self):
         return f"%{self._id}_{self._name}" if self._name else f"%{self._id}"

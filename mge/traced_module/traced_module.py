@@ -149,7 +149,8 @@ class InternalGraph:
         """Nodes whose qualified name (``graph name`` + ``_`` + node name) is ``name``."""
         import fnmatch
         def match(n):
-            q = n.qualname
+            g = n.top_graph
+            q = f"{g._name}_{n._name}" if g is not None else str(n._name)
             return fnmatch.fnmatch(q.lower(), name.lower()) if ignorecase else \
                 fnmatch.fnmatchcase(q, name)
         return NodeFilter(n for n in self.nodes(recursive) if match(n))
@@ -292,10 +293,14 @@ class _Traced:
         self.converted = None
 
 
-def trace_user_module(mod, args, kwargs, orig_call):
+def trace_user_module(mod, args, kwargs, orig_call, qualname=None):
     """Trace ``mod``'s forward into a new graph (inside a recording); returns its outputs."""
+    from mge.module.qat.module import QATModule
     from mge.tensor import Tensor
     st = mt._state
+    if isinstance(mod, QATModule):
+        with mt.paused():
+            mt.check_qat_module(mod)
     sig = _signature(mod)
     names, values = _normalize(sig, mod, args, kwargs)
     if isinstance(mod, TracedModule) and mod.argdef_graph_map:
@@ -307,7 +312,7 @@ def trace_user_module(mod, args, kwargs, orig_call):
     if tr is None:
         tr = st.traced[id(mod)] = _Traced(mod, sig)
     graph = InternalGraph(type(mod).__name__ if not isinstance(mod, TracedModule)
-                          else mod._graph_name, getattr(mod, "_name", None))
+                          else mod._graph_name, qualname or _top_qualname(mod))
     self_in = Input(ModuleNode, name="self", graph=graph, module_type=type(mod), owner=mod)
     graph._inputs.append(self_in.outputs[0])
     scope = mt.Scope(graph, mod, self_in.outputs[0])
@@ -346,6 +351,12 @@ def trace_user_module(mod, args, kwargs, orig_call):
     return out
 
 
+def _top_qualname(mod):
+    if isinstance(mod, TracedModule) and mod.graph is not None:
+        return mod.graph._qualname
+    return getattr(mod, "_name", None) or type(mod).__name__
+
+
 def _leaf_names(names, values):
     out = []
     for nm, v in zip(names, values):
@@ -377,6 +388,8 @@ def _convert(obj, memo):
         tm._graph_name = obj._graph_name if isinstance(obj, TracedModule) else type(obj).__name__
         tm.argspec = None
         tm._is_top = False
+        from mge.module.qat.module import QATModule
+        tm.is_qat = isinstance(obj, QATModule) or bool(getattr(obj, "is_qat", False))
         for g in tm.argdef_graph_map.values():
             g._inputs[0]._owner = tm
             g._inputs[0].module_type = TracedModule
@@ -421,6 +434,7 @@ class TracedModule(Module):
         self.argdef_graph_map = dict(argdef_graph_map or {})
         self.argdef_outdef_map = dict(argdef_outdef_map or {})
         self._is_top = is_top
+        self.is_qat = False
         self.argspec = None
         self._forward_sig = None
         self._graph_name = "TracedModule"
