@@ -23,6 +23,20 @@ def test_reshape_dtypes(dtype):
     check(x.reshape((24,)), a.reshape(24))
 
 
+def test_reshape_float_shape_tensor():
+    # MegEngine's Reshape takes a float shape tensor (a float matmul's output) when it holds whole
+    # numbers; a bad target is an op error, a RuntimeError, at any async level
+    a = arr((1, 4))
+    c = F.matmul(mge.tensor([1.0, 1.0]), mge.tensor(np.eye(2, dtype="float32") * 2))
+    check(F.reshape(mge.tensor(a), c), a.reshape(2, 2))
+    with pytest.raises(RuntimeError):
+        F.reshape(mge.tensor(a), mge.tensor([1.0, 1.0]))
+    with pytest.raises(TypeError, match="whole numbers"):
+        F.reshape(mge.tensor(a), mge.tensor([2.5, 1.6]))
+    with pytest.raises(TypeError, match="must be integer"):
+        F.broadcast_to(mge.tensor(a), mge.tensor([2.0, 4.0]))
+
+
 def test_reshape_tensor_shape_scalar_and_empty():
     a = arr((2, 6))
     check(F.reshape(mge.tensor(a), mge.tensor([3, 4])), a.reshape(3, 4))

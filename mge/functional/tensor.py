@@ -42,10 +42,21 @@ def _int(v, fname, what):
     return int(v)
 
 
-def _shape(shape, fname, allow_none=False):
-    """A tuple of ints from an int, a sequence, or an integer tensor (read on the host)."""
+def _shape(shape, fname, allow_none=False, allow_float=False):
+    """A tuple of ints from an int, a sequence, or an integer tensor (read on the host).
+
+    ``allow_float``: a float shape tensor is taken too when its values are whole numbers (as
+    MegEngine's ``Reshape`` kernel takes one, e.g. the output of a float ``matmul``).
+    """
     if isinstance(shape, (Tensor, np.ndarray)):
-        if np.dtype(shape.dtype).kind not in "iu":
+        kind = np.dtype(shape.dtype).kind
+        if kind == "f" and allow_float:
+            vals = np.asarray(shape).reshape(-1)
+            if not np.all(np.isfinite(vals)) or np.any(vals != np.trunc(vals)):
+                raise TypeError(f"{fname}: a float shape tensor must hold whole numbers, got "
+                                f"{vals.tolist()}")
+            return tuple(int(s) for s in vals.tolist())
+        if kind not in "iu":
             raise TypeError(f"{fname}: a shape tensor must be integer, got dtype {shape.dtype}")
         return tuple(int(s) for s in np.asarray(shape).reshape(-1).tolist())
     if isinstance(shape, (list, tuple)):
@@ -244,9 +255,11 @@ def copy(inp, device=None):
 def reshape(inp, target_shape):
     """The same data in a new shape; one entry of ``target_shape`` may be -1.
 
-    Signature: ``reshape(inp, target_shape)``; ``target_shape`` may be an integer tensor.
+    Signature: ``reshape(inp, target_shape)``; ``target_shape`` may be an integer tensor, or a
+    float one holding whole numbers.
     """
-    return apply(Reshape(_shape(target_shape, "reshape")), _tensor(inp, "reshape"))[0]
+    shape = _shape(target_shape, "reshape", allow_float=True)
+    return apply(Reshape(shape), _tensor(inp, "reshape"))[0]
 
 
 def flatten(inp, start_axis=0, end_axis=-1):
