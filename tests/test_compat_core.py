@@ -404,3 +404,23 @@ def test_builtin_lamb_update_is_the_lamb_optimizers_step():
     np.testing.assert_array_equal(new.numpy(), p.numpy())
     np.testing.assert_allclose(m.numpy(), 0.1 * g, rtol=1e-6)
     np.testing.assert_allclose(v.numpy(), 0.001 * g * g, rtol=1e-5)
+
+
+def test_custom_ops_import_and_refuse_to_build_or_load(tmp_path, monkeypatch):
+    # MegEngine's custom ops are C++ libraries built against its runtime: mge has none to load
+    from mge.core.ops import custom
+    from mge.utils import custom_op_tools
+    assert custom._get_custom_op_list() == [] and custom.__all__ == ["load"]
+    src = tmp_path / "op.cpp"
+    src.write_text("// a custom op\n")
+    monkeypatch.setenv("MGE_CUSTOM_OP_DIR", str(tmp_path / "root"))
+    assert custom_op_tools._get_build_dir("op") == str(tmp_path / "root" / "op")
+    assert custom_op_tools._get_default_build_root().endswith("mge_custom_op")
+    with pytest.raises(NotImplementedError, match="C\\+\\+ runtime"):
+        custom_op_tools.build_and_load("op", [str(src)])
+    with pytest.raises(ValueError, match="not found"):
+        custom_op_tools.build("op", str(tmp_path / "missing.cpp"))
+    with pytest.raises(NotImplementedError, match="cannot be loaded"):
+        custom.load(str(tmp_path / "libop.so"))
+    with pytest.raises(NotImplementedError):
+        custom._gen_custom_op_maker("ElemAdd")(smooth=0.1)
