@@ -181,3 +181,30 @@ def test_tensor_format_label_propagates(_format_layer):
     assert b.format == "default"
     with pytest.raises(ValueError):
         mge.tensor(data, format="nc4hw4x")
+
+
+def test_bfloat16_tensors_hold_and_compute():
+    # MegEngine tensors take bfloat16 (ml_dtypes' numpy type); values round to bfloat16 on the way in
+    ml_dtypes = pytest.importorskip("ml_dtypes")
+    from mge.core.tensor.dtype import bfloat16, is_bfloat16
+    import mge.functional as F
+    assert bfloat16 == np.dtype(ml_dtypes.bfloat16)
+    data = np.array([-3.4, 1.394683, 2.323497, -7.439948, -5.2397], dtype=bfloat16)
+    x = mge.Tensor(data, dtype=bfloat16)
+    assert x.dtype == bfloat16 and is_bfloat16(x.dtype) and x.numpy().dtype == bfloat16
+    np.testing.assert_allclose(x.numpy().astype(np.float32),
+                               [-3.40625, 1.398438, 2.328125, -7.4375, -5.25], atol=1e-6)
+    assert mge.Tensor(data).dtype == bfloat16  # from the array's own dtype
+    np.testing.assert_array_equal((x + x).numpy(), data + data)
+    assert (x + x).dtype == bfloat16 and F.sum(x).dtype == bfloat16
+    np.testing.assert_allclose(F.sum(x).numpy().astype(np.float32),
+                               np.float32(data.sum()), rtol=1e-2)
+    y = x + mge.Tensor(np.ones(5, np.float32))  # meets float32 in float32, as in MegEngine
+    assert y.dtype == np.float32
+    np.testing.assert_allclose(y.numpy(), data.astype(np.float32) + 1)
+    f = x.astype("float32")
+    assert f.dtype == np.float32
+    np.testing.assert_array_equal(f.numpy(), data.astype(np.float32))
+    back = f.astype(bfloat16)
+    assert back.dtype == bfloat16
+    np.testing.assert_array_equal(back.numpy(), data)

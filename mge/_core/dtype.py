@@ -29,7 +29,18 @@ bool_ = np.dtype("bool")
 _cache = {}
 
 
-_KINDS = "mge tensors hold bool, integer or float data of at most 64 bits"
+_KINDS = "mge tensors hold bool, integer or float (bfloat16 too) data of at most 64 bits"
+
+
+def is_bfloat16(d):
+    """Whether numpy dtype ``d`` is ``bfloat16`` (``ml_dtypes``'s, a 2-byte kind-``V`` dtype),
+    told without importing ``ml_dtypes``."""
+    return d.kind == "V" and d.itemsize == 2 and d.name == "bfloat16"
+
+
+def _holds(d):
+    """Whether a tensor can hold data of the native-endian dtype ``d``."""
+    return (d.kind in "biuf" and d.itemsize <= 8) or is_bfloat16(d)
 
 
 def storable(d):
@@ -41,7 +52,7 @@ def storable(d):
     if not d.isnative:
         d = d.newbyteorder("=")
     d = _NARROW.get(d, d)
-    if d.kind not in "biuf" or d.itemsize > 8:
+    if not _holds(d):
         return None
     return d
 
@@ -61,7 +72,7 @@ def canonical(dtype):
         raise TypeError(f"unsupported dtype {dtype!r}") from e
     if not d.isnative:
         d = d.newbyteorder("=")  # ">f4" asks for float32 values: tensors are native-endian
-    if d.kind not in "biuf" or d.itemsize > 8:
+    if not _holds(d):
         raise TypeError(f"unsupported dtype {d}: {_KINDS}")
     if d.metadata is None:
         try:
