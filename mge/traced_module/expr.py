@@ -1,10 +1,59 @@
 """Expressions of a traced graph: each takes input nodes and produces output nodes."""
 import builtins
+import inspect
 
 from .node import ModuleNode, Node, TensorNode
 from .pytree import tree_flatten
 
-__all__ = ["Expr", "Input", "GetAttr", "CallMethod", "CallFunction", "Apply", "Constant"]
+__all__ = ["Expr", "Input", "GetAttr", "CallMethod", "CallFunction", "Apply", "Constant",
+           "is_call_module", "is_call_tensor_method", "is_call_function", "is_constant",
+           "is_getattr", "is_apply_def", "is_input"]
+
+
+def is_call_module(expr, module_cls=None):
+    """Whether ``expr`` calls a module (of class ``module_cls``, subclasses included)."""
+    return (isinstance(expr, CallMethod) and expr.method == "__call__" and bool(expr.inputs)
+            and isinstance(expr.inputs[0], ModuleNode)
+            and (module_cls is None or isinstance(expr.inputs[0].owner, module_cls)))
+
+
+def is_call_tensor_method(expr, method=None):
+    """Whether ``expr`` calls a Tensor method (named ``method``, or one of several names)."""
+    if isinstance(method, str):
+        method = (method,)
+    return (isinstance(expr, CallMethod) and not is_call_module(expr)
+            and (method is None or expr.method in method))
+
+
+def is_call_function(expr, func=None):
+    """Whether ``expr`` calls the function ``func`` (or one of several)."""
+    if not isinstance(expr, CallFunction):
+        return False
+    if func is None:
+        return True
+    from .module_tracer import original
+    funcs = func if isinstance(func, (list, tuple, set)) else (func,)
+    return any(original(expr.func) is original(f) for f in funcs)
+
+
+def is_constant(expr):
+    """Whether ``expr`` is a :class:`Constant`."""
+    return isinstance(expr, Constant)
+
+
+def is_getattr(expr):
+    """Whether ``expr`` is a :class:`GetAttr`."""
+    return isinstance(expr, GetAttr)
+
+
+def is_apply_def(expr, opdef=None):
+    """Whether ``expr`` applies an op (of OpDef class ``opdef``)."""
+    return isinstance(expr, Apply) and (opdef is None or isinstance(expr.opdef, opdef))
+
+
+def is_input(expr):
+    """Whether ``expr`` is a graph :class:`Input`."""
+    return isinstance(expr, Input)
 
 _next_id = [0]
 
@@ -80,6 +129,96 @@ class Expr:
         for i in range(len(leaves)):
             leaves[i] = consts[i] if i in consts else next(it)
         return self.arg_def.unflatten(leaves)
+
+    def enable_remove(self):
+        """Let ``graph.compile()`` remove this expression when its results are unused."""
+        self._disable_remove = False
+
+    def disable_remove(self):
+        """Keep this expression in ``graph.compile()`` even when its results are unused."""
+        self._disable_remove = True
+
+    def _get_func(self):
+        raise NotImplementedError(f"{type(self).__name__} has no function to bind arguments to")
+
+    @property
+    def _support_set_args_kwargs(self):
+        return False
+
+    def set_args_kwargs(self, *args, **kwargs):
+        """Replace the recorded arguments (nodes become inputs, other leaves constants);
+        keyword arguments naming positional parameters become positional."""
+        assert self._support_set_args_kwargs, \
+            f"Doesn't support set args/kwargs for {type(self).__name__} expr"
+        from .utils import _convert_kwargs_to_args
+        args, kwargs = _convert_kwargs_to_args(self._get_func(), args, kwargs)
+        old = list(self.inputs)
+        leaves, self.arg_def = tree_flatten((tuple(args), dict(kwargs)))
+        self.inputs, self.const_val = [], []
+        for i, v in enumerate(leaves):
+            if isinstance(v, Node):
+                self.inputs.append(v)
+            else:
+                self.const_val.append((i, v))
+        for n in old:
+            if n not in self.inputs and self in n.users:
+                n.users.remove(self)
+        for n in self.inputs:
+            if self not in n.users:
+                n.users.append(self)
+
+    @property
+    def named_args(self):
+        """The arguments bound to the parameter names of the called function (defaults
+        filled in), as ``{name: node or value}``."""
+        args, kwargs = self.unflatten_args(self.inputs)
+        return inspect.getcallargs(self._get_func(), *args, **kwargs)
+
+    def set_arg(self, name, val):
+        """Set the argument for parameter ``name`` to ``val`` (a node or a constant)."""
+        func = self._get_func()
+        args, kwargs = self.unflatten_args(self.inputs)
+        spec = inspect.getfullargspec(inspect.unwrap(func))
+        if name in kwargs:
+            kwargs = dict(kwargs)
+            kwargs[name] = val
+            self.set_args_kwargs(*args, **kwargs)
+        elif name in spec.args:
+            i = spec.args.index(name)
+            args = list(args)
+            if i < len(args):
+                args[i] = val
+                self.set_args_kwargs(*args, **kwargs)
+            else:
+                kwargs = dict(kwargs)
+                kwargs[name] = val
+                self.set_args_kwargs(*args, **kwargs)
+        elif name == spec.varargs:
+            val = tuple(val) if isinstance(val, (list, tuple)) else (val,)
+            self.set_args_kwargs(*args[:len(spec.args)], *val, **kwargs)
+        else:
+            assert spec.varkw is not None or name in spec.kwonlyargs, \
+                f"function {func} doesn't have an argument named {name}"
+            kwargs = dict(kwargs)
+            kwargs[name] = val
+            self.set_args_kwargs(*args, **kwargs)
+
+    @property
+    def return_val(self):
+        """The outputs in the structure the operation returned them."""
+        if self.out_def is None or self.out_def.num_leaves != len(self.outputs):
+            return tuple(self.outputs)
+        return self.out_def.unflatten(self.outputs)
+
+    @return_val.setter
+    def return_val(self, new_outputs):
+        outs, out_def = tree_flatten(new_outputs, is_leaf=lambda x: isinstance(x, Node))
+        assert all(isinstance(o, Node) for o in outs), \
+            "Return values of expr must be ModuleNode or TensorNode or Container with them"
+        assert all(o.expr in (None, self) for o in outs), \
+            f"Some nodes are produced by other expr, can not be output of expr {self}"
+        self.add_outputs(outs)
+        self.out_def = out_def
 
     def replace_inputs(self, repl):
         """Replace input nodes by ``repl`` (``{old: new}``)."""
@@ -219,6 +358,39 @@ class CallMethod(Expr):
         self.method = method
         self._self_node = node
 
+    @property
+    def _support_set_args_kwargs(self):
+        return True
+
+    def _get_func(self):
+        owner = getattr(self.inputs[0], "owner", None) if self.inputs else None
+        if isinstance(self.inputs[0] if self.inputs else None, ModuleNode) and owner is not None:
+            if self.method == "__call__":
+                return _unpatched(type(owner), "forward")
+            return _unpatched(type(owner), self.method)
+        from mge.tensor import Tensor
+        return _unpatched(Tensor, self.method)
+
+    @property
+    def graph(self):
+        """The graph of the called TracedModule for these arguments (``None`` for a tensor
+        method or a built-in module)."""
+        if not is_call_module(self):
+            return None
+        owner = self.inputs[0].owner
+        graphs = getattr(owner, "argdef_graph_map", None)
+        if not graphs:
+            return None
+        if len(graphs) == 1:
+            return next(iter(graphs.values()))
+        from .traced_module import _normalize
+        args, kwargs = self.unflatten_args(self.inputs)
+        try:
+            _, values = _normalize(owner._forward_sig, owner, args[1:], kwargs)
+        except TypeError:
+            values = list(args[1:]) + list(kwargs.values())
+        return graphs.get(tree_flatten(tuple(values))[1], next(iter(graphs.values())))
+
     def interpret(self, *inputs):
         args, kwargs = self.unflatten_args(inputs)
         obj = args[0]
@@ -240,6 +412,14 @@ class CallFunction(Expr):
     def __init__(self, func, graph=None):
         super().__init__(graph)
         self.func = func
+
+    @property
+    def _support_set_args_kwargs(self):
+        return True
+
+    def _get_func(self):
+        from .module_tracer import original
+        return original(self.func)
 
     def interpret(self, *inputs):
         args, kwargs = self.unflatten_args(inputs)
@@ -266,6 +446,15 @@ class CallFunction(Expr):
             import importlib
             state["func"] = getattr(importlib.import_module(f.module), f.name)
         self.__dict__.update(state)
+
+
+def _unpatched(cls, name):
+    """``cls.name`` as defined (not a recording wrapper installed while tracing)."""
+    from .module_tracer import original
+    for klass in cls.__mro__:
+        if name in vars(klass):
+            return original(getattr(klass, "__tm_orig_" + name, None) or vars(klass)[name])
+    return original(getattr(cls, name))
 
 
 class _FuncRef:
@@ -318,10 +507,28 @@ class Constant(Expr):
         out_type = ModuleNode if isinstance(value, Module) else TensorNode
         if out_type is ModuleNode:
             kw = {"module_type": type(value), "owner": value}
+        elif not kw and hasattr(value, "shape"):
+            from .module_tracer import _tensor_meta
+            kw = _tensor_meta(value)
         self.add_outputs([out_type(self, name=name or "const", graph=graph, **kw)])
 
     def interpret(self, *inputs):
         return [self.value]
+
+    @classmethod
+    def make(cls, value, name=None, **kw):
+        """A Constant of ``value`` in the graph being recorded (inside ``insert_exprs()``);
+        returns its output node."""
+        from .module_tracer import active_scope
+        scope = active_scope()
+        graph = scope.graph if scope is not None else None
+        if not kw and hasattr(value, "shape"):
+            from .module_tracer import _tensor_meta
+            kw = _tensor_meta(value)
+        expr = cls(value, name=name, graph=graph, **kw)
+        if scope is not None:
+            scope.add_expr(expr)
+        return expr.outputs[0]
 
     def __repr__(self):
         v = self.value

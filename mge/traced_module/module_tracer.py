@@ -351,6 +351,11 @@ def _make_layer():
     return ModuleTraceTransformation()
 
 
+def _builtin_module_namespaces():
+    return [m for n, m in list(sys.modules.items())
+            if m is not None and n.startswith(("mge.module.", "mge.quantization."))]
+
+
 def _function_modules():
     return [m for n, m in list(sys.modules.items())
             if m is not None and (n == "mge.functional" or n.startswith("mge.functional."))]
@@ -373,6 +378,15 @@ def patched():
                     if w is None:
                         w = _wrapped_funcs[id(v)] = _func_wrapper(v)
                         _originals[id(w)] = v
+                    saved.append((mod, k, v))
+                    setattr(mod, k, w)
+        # built-in modules call functions they imported into their own globals (``from
+        # ..functional.nn import conv2d``): those names are patched too, so that a user
+        # subclass of a built-in module (traced into) records ``F.conv2d`` and not its ops
+        for mod in _builtin_module_namespaces():
+            for k, v in list(vars(mod).items()):
+                w = _wrapped_funcs.get(id(v)) if inspect.isfunction(v) else None
+                if w is not None and w is not v:
                     saved.append((mod, k, v))
                     setattr(mod, k, w)
         for mod, k, v in _extra_functions():
@@ -445,7 +459,11 @@ def node_getattr(node, name):
                              "(use it inside graph.insert_exprs())")
     scope = _state.scopes[-1]
     owner = node.owner
-    value = getattr(owner, name)
+    if "." in name:  # a dotted path: one GetAttr (see utils.get_subattr)
+        from .utils import get_subattr
+        value = get_subattr(owner, name)
+    else:
+        value = getattr(owner, name)
     from mge.module import Module
     from mge.tensor import Tensor
     if isinstance(value, Module):

@@ -174,6 +174,33 @@ _install_tensor_node_dunders()
 
 
 class NodeMixin:
-    """Marker base of objects that carry a node (kept for MegEngine compatibility)."""
+    """MegEngine's link between a traced value and its node; in mge the active recording
+    scope keeps that link (see :meth:`wrap` and :meth:`get`)."""
 
     __node = None
+
+    @classmethod
+    def wrap(cls, value, node):
+        """Make ``node`` stand for the tensor ``value`` in the graph being recorded (later
+        operations on ``value`` inside ``insert_exprs()`` use ``node``)."""
+        from . import module_tracer
+        scope = module_tracer.active_scope()
+        assert scope is not None, "NodeMixin.wrap needs an active recording (insert_exprs())"
+        scope.bind(value, node)
+
+    wrap_safe = wrap
+
+    @classmethod
+    def get(cls, value, *default):
+        """The node standing for ``value`` in the graph being recorded (``default``, when
+        given, if there is none; a node is its own node)."""
+        if isinstance(value, Node):
+            return value
+        from . import module_tracer
+        scope = module_tracer.active_scope()
+        e = scope.tensors.get(id(value)) if scope is not None else None
+        if e is not None and e[0] is value:
+            return e[1]
+        if default:
+            return default[0]
+        raise KeyError(f"no node stands for {type(value).__name__} in the active recording")

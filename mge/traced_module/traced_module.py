@@ -162,7 +162,11 @@ class InternalGraph:
         last producer of the nodes they use (or after ``expr``)."""
         owner = self._inputs[0].owner
         scope = mt.Scope(self, owner, self._inputs[0], insert=True)
-        for e in [None] + self._exprs:
+        # module nodes that may be reused: those defined before the insertion point (a later
+        # one would move the inserted expressions after their intended place)
+        visible = self._exprs if expr is None or expr not in self._exprs else \
+            self._exprs[:self._exprs.index(expr) + 1]
+        for e in [None] + visible:
             for n in (self._inputs if e is None else e.outputs):
                 if isinstance(n, ModuleNode) and n.owner is not None:
                     scope.modules.setdefault(id(n.owner), (n.owner, n))
@@ -206,6 +210,8 @@ class InternalGraph:
                 for n in e.inputs:
                     if e in n.users:
                         n.users.remove(e)
+                for o in e.outputs:  # a removed node's name is free again
+                    self._namespace.used_names.discard(o._name)
         self._exprs = list(reversed(keep))
         return self
 
@@ -506,7 +512,8 @@ def _finish_inserted_module(node):
     expr = node.expr
     parent = getattr(expr, "_parent_owner", None)
     if isinstance(expr, GetAttr) and parent is not None:
-        object.__setattr__(parent, expr.name, tm) if False else setattr(parent, expr.name, tm)
+        from .utils import assign_attr
+        assign_attr(tm, parent, expr.name)
     node._owner = tm
     node.module_type = TracedModule
     _fix_owners(tm)

@@ -23,6 +23,10 @@ def get_subattr(module, name):
 
     ``module`` may be a module or a ModuleNode (inside ``graph.insert_exprs()`` each step is
     recorded as a ``GetAttr``).  An empty name is ``module`` itself."""
+    from .node import ModuleNode
+    if isinstance(module, ModuleNode) and _split(name):
+        from .module_tracer import node_getattr
+        return node_getattr(module, ".".join(_split(name)))
     obj = module
     for part in _split(name):
         obj = _get_one(obj, part)
