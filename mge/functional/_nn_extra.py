@@ -17,6 +17,7 @@ from .._core.ops import Gather, Pad, Reshape, Dimshuffle, TypeCvt
 from .._core.ops.nn_extra import SlidingWindow, SlidingWindowTranspose
 from ..core import apply
 from ..tensor import Tensor
+from .utils import _tensor_like
 
 __all__ = ["sliding_window", "sliding_window_transpose", "local_conv2d", "region_restricted_conv",
            "deformable_conv2d", "deformable_psroi_pooling"]
@@ -54,7 +55,7 @@ def _cast(x, dtype):
 
 
 def _as_tensor(x, dtype=None):
-    if isinstance(x, Tensor):
+    if _tensor_like(x):
         return x
     return Tensor(np.asarray(x), dtype=dtype)
 

@@ -11,6 +11,7 @@ from .._core.ops.elemwise import TypeCvt, elemwise_op
 from .._core.ops.matmul import SVD, BatchedMatrixMul, Dot, MatInv, MatrixMul
 from .._core.ops.reduce import Argmax, Argmin, Argsort, CumSum, Reduce, TopK
 from ..tensor import Tensor
+from .utils import _tensor_like
 from ..core import apply
 
 __all__ = [
@@ -35,7 +36,7 @@ def _reduce(mode, inp, axis, keepdims):
 
 
 def _tensor(x):
-    return x if isinstance(x, Tensor) else Tensor(x)
+    return x if _tensor_like(x) else Tensor(x)
 
 
 def _to_float(x):

@@ -14,6 +14,7 @@ from .._core.ops.shape import (
 )
 from ..core import apply
 from ..tensor import Tensor
+from .utils import _tensor_like
 
 __all__ = [
     "arange", "broadcast_to", "concat", "cond_take", "copy", "diag", "expand_dims", "eye",
@@ -72,7 +73,7 @@ def _axes(axis, fname):
 
 
 def _tensor(x, fname, name="inp"):
-    if isinstance(x, Tensor):
+    if _tensor_like(x):
         return x
     try:
         return Tensor(x)
@@ -477,7 +478,7 @@ def cond_take(mask, x):
     Signature: ``cond_take(mask, x)``; returns ``(values, indices)``, both 1-d (``indices`` is
     int32).  The output length depends on the values of ``mask``.
     """
-    if not isinstance(mask, Tensor) or not isinstance(x, Tensor):
+    if not _tensor_like(mask) or not _tensor_like(x):
         raise TypeError("cond_take: mask and x must be tensors")
     if mask.dtype != _bool:
         raise TypeError(f"cond_take: mask must be bool, got {mask.dtype}")

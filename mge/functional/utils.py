@@ -6,6 +6,24 @@ from ..tensor import Tensor
 
 __all__ = []
 
+_dispatch = None
+
+
+def _is_graph_var(x):
+    """Whether ``x`` is a var of a MegBrain-style graph (``megbrain_graph.VarNode``): the
+    functions take such vars as tensors (their ops become graph operators)."""
+    global _dispatch
+    if _dispatch is None:
+        from .._core import _accel
+        _dispatch = _accel.load("mge._core.dispatch")
+    g = _dispatch._graph_var
+    return g is not None and isinstance(x, g)
+
+
+def _tensor_like(x):
+    """``isinstance(x, Tensor)``, graph vars included."""
+    return isinstance(x, Tensor) or _is_graph_var(x)
+
 
 def _assert_equal(expect, actual, *, maxerr=0.0001, verbose=False):
     """Check that ``actual`` equals ``expect`` and return ``expect`` (MegEngine's

@@ -293,7 +293,7 @@ def _check_names(names, n, what):
 
 
 def save(recording, file, arg_names=None, output_names=None, *, output_tree=None,
-         user_info=None, append=False):
+         user_info=None, append=False, keep_opr_name=False, keep_var_name=1, metadata=None):
     """Write ``recording`` (a ``trace`` plugin ``Recording``) as a model file; returns a
     :data:`DumpResult`.
 
@@ -313,6 +313,12 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
             stored in the file and returned by :attr:`LoadedModel.user_info`.
         append: with a path, write after the file's existing content (the reader takes the
             last model of a file); ignored for file objects.
+        keep_opr_name, keep_var_name: which op and var names the file keeps (MegEngine's
+            ``trace.dump`` options): names from ``mge.jit.naming.names_for_dump`` where that
+            module exists, else the ops' MegBrain type names and the input/output names.
+        metadata: MegEngine's model metadata (a dict: ``graph_modified``,
+            ``optimized_for_inference``, ``optimize_options``), read back by
+            ``megbrain_graph.load_graph`` and ``Network.metadata``; ``None``: none.
 
     Only the ops the outputs depend on are saved.  Raises ``ValueError`` for wrong names or
     outputs and ``TypeError`` for something a model file cannot hold (an op outside the mge
@@ -370,6 +376,8 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
         np.save(buf, value, allow_pickle=False)
         entries[entry] = buf.getvalue()
         constants.append({"var": number[v], "entry": entry})
+    op_names, var_names = _trace_names(rec, arg_names, output_names, keep_opr_name,
+                                       keep_var_name)
     ops = []
     for k in keep:
         op, ins, outs = rec.ops[k]
@@ -381,8 +389,11 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
             raise TypeError(f"{where}: this op cannot be rebuilt from its parameters")
         params = {f: _encode(x, f"{where}, parameter {f!r}")
                   for f, x in zip(op._fields, op._key)}
-        ops.append({"type": name, "params": params, "inputs": [number[v] for v in ins],
-                    "outputs": [number[v] for v in outs]})
+        spec = {"type": name, "params": params, "inputs": [number[v] for v in ins],
+                "outputs": [number[v] for v in outs]}
+        if op_names and op_names[k]:
+            spec["name"] = str(op_names[k])
+        ops.append(spec)
     graph = {
         "format": FORMAT_NAME,
         "version": FORMAT_VERSION,
@@ -395,8 +406,34 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
         "constants": constants,
         "ops": ops,
     }
+    named = sorted((number[v], str(n)) for v, n in (var_names or {}).items() if v in number)
+    if named:
+        graph["var_names"] = [list(p) for p in named]
+    return _write_model(graph, entries, file, append, user_info, metadata)
+
+
+def _write_model(graph, entries, file, append, user_info, metadata):
+    """Write ``graph`` (the graph.json object) and the ``entries`` (archive member -> bytes);
+    returns the :data:`DumpResult`."""
+    entries = dict(entries)
     if user_info is not None:
-        graph["user_info"] = _encode(user_info, "save: user_info")
+        try:
+            graph["user_info"] = _encode(user_info, "save: user_info")
+        except TypeError:
+            if metadata is None:
+                raise
+            graph.pop("user_info", None)
+    if metadata is not None:
+        meta = {"graph_modified": bool(metadata.get("graph_modified", False)),
+                "optimized_for_inference": bool(metadata.get("optimized_for_inference", False)),
+                "optimize_options": sorted(str(k) for k in metadata.get("optimize_options", ()))}
+        if user_info is not None and "user_info" not in graph:
+            # what JSON cannot hold (tensors, classes: MegEngine pickles user_info) is pickled;
+            # only megbrain_graph.load_graph / Network.metadata unpickle it, never mge.jit.load
+            import pickle
+            entries["metadata/user_info.pkl"] = pickle.dumps(user_info)
+            meta["user_info_pickle"] = "metadata/user_info.pkl"
+        graph["metadata"] = meta
     text = json.dumps(graph, allow_nan=False, separators=(",", ":"))
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
@@ -409,10 +446,35 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
             f.write(data)
     else:
         file.write(data)
+        try:  # rewriting a stream from its start: a longer old model must not remain after it
+            if file.seekable():
+                file.truncate()
+        except (AttributeError, OSError, ValueError):
+            pass
+    constants = graph["constants"]
     # (nr_opr counts as MegBrain does: each input and each constant is an operator there too)
-    return DumpResult(len(ops) + len(arg_names) + len(constants), len(data),
-                      sum(len(b) for b in entries.values()), hashlib.sha256(data).hexdigest(),
-                      list(arg_names), list(output_names), [c["entry"] for c in constants])
+    return DumpResult(len(graph["ops"]) + len(graph["inputs"]) + len(constants), len(data),
+                      sum(len(entries[c["entry"]]) for c in constants),
+                      hashlib.sha256(data).hexdigest(),
+                      [i["name"] for i in graph["inputs"]],
+                      [o["name"] for o in graph["outputs"]], [c["entry"] for c in constants])
+
+
+def _trace_names(rec, arg_names, output_names, keep_opr_name, keep_var_name):
+    """``(op_names, var_names)`` for a recording: ``mge.jit.naming.names_for_dump``'s, where
+    that module exists; else the ops' MegBrain type names (with ``keep_opr_name``) and the
+    argument and output names."""
+    try:
+        from .naming import names_for_dump
+    except ImportError:
+        names_for_dump = None
+    if names_for_dump is not None:
+        return names_for_dump(rec, arg_names, output_names, keep_opr_name, keep_var_name)
+    from ..core.tensor.megbrain_graph import mgb_type
+    op_names = [mgb_type(op) if keep_opr_name else None for op, _, _ in rec.ops]
+    var_names = dict(zip(rec.args, arg_names))
+    var_names.update(zip(rec.outputs, output_names))
+    return op_names, var_names
 
 
 #: Other formats ``trace.dump(format=...)`` writes: name -> (its option names, writer).  A
@@ -437,6 +499,12 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     (``TypeError`` for one MegEngine lacks).
     """
     ignored = dict(ignored or {})
+    keep_var_name = ignored.pop("keep_var_name", 1)
+    keep_opr_name = ignored.pop("keep_opr_name", False)
+    ignored.pop("keep_param_name", None)
+    ignored.pop("keep_opr_priority", None)
+    optimized = bool(ignored.pop("optimize_for_inference", False))
+    enable_metadata = ignored.pop("enable_metadata", True)
     fmt = ignored.pop("format", "mge")
     if fmt != "mge" and fmt not in FORMATS:
         known = ", ".join(repr(f) for f in ("mge",) + tuple(FORMATS))
@@ -456,8 +524,17 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     if fmt != "mge":
         writer(rec, file, names, output_names, user_info=user_info, **options)
         return None
+    metadata = None
+    if enable_metadata:
+        options = sorted(k for k, v in ignored.items() if k.startswith("enable_") and v) \
+            if optimized else []
+        if optimized and "enable_fuse_grain" not in ignored:
+            options.append("enable_fuse_grain")
+        metadata = {"graph_modified": False, "optimized_for_inference": optimized,
+                    "optimize_options": options}
     return save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
-                append=append)
+                append=append, keep_opr_name=keep_opr_name, keep_var_name=keep_var_name,
+                metadata=metadata)
 
 
 def _check_inference(rec):
@@ -636,9 +713,20 @@ def load(file, device=None):
         >>> model(np.array([1.0, 2.0], dtype="float32")).numpy().tolist()
         [3.0, 5.0]
     """
+    label, z, graph = _open_model(file)
+    with z:
+        try:
+            return LoadedModel._build(graph, z, label, _Decoder(device))
+        except _Bad as e:
+            raise ModelFileError(f"model file {label} is malformed: {e}") from None
+
+
+def _open_model(file):
+    """``(label, zip archive, graph.json object)`` of a model file, its format and version
+    checked (:class:`ModelFileError` otherwise)."""
     label = _file_label(file)
     z = _read_archive(file, label)
-    with z:
+    try:
         raw = _member(z, _GRAPH, label, _MAX_GRAPH_BYTES)
         try:
             graph = json.loads(raw.decode("utf-8"))
@@ -655,10 +743,10 @@ def load(file, device=None):
                 f"model file {label} has format version {version}, newer than this mge reads "
                 f"(up to {FORMAT_VERSION}; written by {graph.get('producer', 'a newer mge')!s}): "
                 "upgrade mge to load it")
-        try:
-            return LoadedModel._build(graph, z, label, _Decoder(device))
-        except _Bad as e:
-            raise ModelFileError(f"model file {label} is malformed: {e}") from None
+    except BaseException:
+        z.close()
+        raise
+    return label, z, graph
 
 
 class LoadedModel:
@@ -936,3 +1024,252 @@ def _tracing_now():
     # a traced function is recording or replaying (its layer is on the stack's trace segment);
     # asked here rather than of mge.jit.tracing, which imports this module
     return any(t.name == "trace" for t in stack.active())
+
+
+# -- MegBrain-style graphs (mge.core.tensor.megbrain_graph) ---------------------------------------
+def save_graph_oprs(dest, oprs, *, keep_var_name=1, keep_opr_name=False, keep_param_name=False,
+                    keep_opr_priority=False, metadata=None):
+    """Write the graph operators ``oprs`` (``megbrain_graph``'s, in a topological order)
+    computing the vars ``dest`` in this format; returns ``(bytes, DumpResult)``.
+
+    ``Host2DeviceCopy`` and ``InputNode`` vars become the model's inputs (named by their vars),
+    constants its constants, the others its ops; output callbacks and virtual dependencies stand
+    for the var they pass on.  ``keep_var_name`` (0, 1, 2), ``keep_opr_name``,
+    ``keep_param_name`` and ``keep_opr_priority`` are MegEngine's ``dump_graph`` options; the
+    inputs and outputs are always named.  ``metadata`` as :func:`save`'s, plus ``user_info``.
+    """
+    alias = {}
+
+    def real(v):
+        while v in alias:
+            v = alias[v]
+        return v
+
+    for opr in oprs:
+        if opr.kind in ("output", "virtual_dep"):
+            alias[opr.outputs[0]] = opr.inputs[0]
+            for extra in opr.outputs[1:]:
+                alias[extra] = opr.inputs[0]
+    dest = [real(v) for v in dest]
+    number = {}
+
+    def num(v):
+        v = real(v)
+        if v not in number:
+            number[v] = len(number)
+        return number[v]
+
+    descs, inputs, constants, ops, entries = [], [], [], [], {}
+    var_names = {}
+    input_names = set()
+    for opr in oprs:
+        kind = opr.kind
+        where = f"dump_graph: {opr.type} {opr.name!r}"
+        if kind in ("output", "virtual_dep"):
+            continue
+        if kind in ("h2d", "input"):
+            v = opr.outputs[0]
+            if v.shape is None:
+                raise ValueError(f"{where}: a model input needs a shape")
+            if v.name in input_names:
+                raise ValueError(f"{where}: two inputs are named {v.name!r}")
+            input_names.add(v.name)
+            inputs.append({"name": v.name, "var": num(v), "shape": list(v.shape),
+                           "dtype": _dtype_name(v.dtype, where)})
+        elif kind == "const":
+            v = opr.outputs[0]
+            value = np.asarray(opr.payload.numpy())
+            entry = f"constants/{num(v)}.npy"
+            buf = io.BytesIO()
+            np.save(buf, value, allow_pickle=False)
+            entries[entry] = buf.getvalue()
+            spec = {"var": num(v), "entry": entry}
+            if keep_opr_name or keep_param_name:
+                spec["name"] = opr.name
+            constants.append(spec)
+            if keep_param_name or keep_var_name >= 2:
+                var_names[num(v)] = v.name
+        else:
+            op = opr.opdef
+            tname = _op_type_name(op)
+            if not _MODULE.match(type(op).__module__ or "") or "<" in type(op).__qualname__:
+                raise TypeError(f"{where}: only op classes of the mge package can be saved")
+            params = {f: _encode(x, f"{where}, parameter {f!r}")
+                      for f, x in zip(op._fields, op._key)}
+            spec = {"type": tname, "params": params,
+                    "inputs": [num(v) for v in opr.inputs],
+                    "outputs": [num(v) for v in opr.outputs]}
+            if keep_opr_name:
+                spec["name"] = opr.name
+            if keep_opr_priority and opr.priority:
+                spec["priority"] = int(opr.priority)
+            ops.append(spec)
+            if keep_var_name >= 2:
+                for v in opr.outputs:
+                    var_names[num(v)] = v.name
+        for v in opr.outputs:
+            num(v)
+    outputs = []
+    seen = set()
+    for v in dest:
+        name = v.name
+        if name in seen:
+            raise ValueError(f"dump_graph: two outputs are named {name!r}; rename one "
+                             "(var.name = ...)")
+        seen.add(name)
+        outputs.append({"name": name, "var": num(v)})
+    for i in inputs:
+        var_names[i["var"]] = i["name"]
+    for v, i in sorted(number.items(), key=lambda kv: kv[1]):
+        descs.append([None if v.shape is None else [int(d) for d in v.shape],
+                      _dtype_name(v.dtype, f"dump_graph: var {v.name!r}"), str(v.device)])
+    n_out = len(outputs)
+    tree = {"tensor": 0} if n_out == 1 else {"tuple": [{"tensor": i} for i in range(n_out)]}
+    graph = {
+        "format": FORMAT_NAME, "version": FORMAT_VERSION, "producer": f"mge {_mge_version()}",
+        "vars": descs, "inputs": inputs, "outputs": outputs, "output_tree": tree,
+        "constants": constants, "ops": ops,
+    }
+    named = sorted((k, str(n)) for k, n in var_names.items() if n)
+    if named:
+        graph["var_names"] = [list(p) for p in named]
+    metadata = dict(metadata) if metadata is not None else None
+    user_info = metadata.pop("user_info", None) if metadata is not None else None
+    buf = io.BytesIO()
+    result = _write_model(graph, entries, buf, False, user_info, metadata)
+    return buf.getvalue(), result
+
+
+def load_graph_file(file, graph_cls):
+    """Read a model file into a new ``graph_cls`` (``megbrain_graph.Graph``); returns its
+    ``CompGraphLoadResult``.  Inputs become ``Host2DeviceCopy`` operators, constants
+    ``ImmutableTensor`` ones, ops operators of their MegBrain type names; the names the file
+    keeps are the operators' and vars' names (a var without one takes its operator's)."""
+    from ..core.tensor import megbrain_graph as G
+    if isinstance(file, (str, os.PathLike)):
+        with open(file, "rb") as f:
+            file = io.BytesIO(f.read())
+    label, z, graph = _open_model(file)
+    with z:
+        try:
+            return _build_graph(graph, z, label, graph_cls, G)
+        except _Bad as e:
+            raise ModelFileError(f"model file {label} is malformed: {e}") from None
+
+
+def _build_graph(graph, z, label, graph_cls, G):
+    dec = _Decoder()
+    raw_vars = _need(graph, "vars", list, _GRAPH)
+    n = len(raw_vars)
+    descs = []
+    for i, d in enumerate(raw_vars):
+        if not isinstance(d, list) or len(d) != 3:
+            raise _Bad(f"var {i} must be [shape, dtype, device], got {d!r}")
+        shape, dtype, device = d
+        if shape is not None:
+            if not isinstance(shape, list) or not all(
+                    isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+                raise _Bad(f"var {i}: bad shape {shape!r}")
+            shape = tuple(shape)
+        try:
+            descs.append((shape, _dtype_of(dtype), dec.device_of(device)))
+        except _Bad as e:
+            raise _Bad(f"var {i}: {e}") from None
+    names = {}
+    for pair in graph.get("var_names", []):
+        if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
+            raise _Bad(f"var_names: bad entry {pair!r}")
+        names[_var(pair[0], n, "var_names")] = pair[1]
+    g = graph_cls()
+    var = {}
+    for j, spec in enumerate(_need(graph, "inputs", list, _GRAPH)):
+        what = f"input {j}"
+        name = _need(spec, "name", str, what)
+        v = _var(_need(spec, "var", int, what), n, what)
+        if v in var:
+            raise _Bad(f"{what}: var {v} has two values")
+        shape, dtype, device = descs[v]
+        var[v] = G._raw(g.make_h2d(dtype=dtype, device=device, shape=shape, name=name))
+    for j, spec in enumerate(_need(graph, "constants", list, _GRAPH)):
+        what = f"constant {j}"
+        v = _var(_need(spec, "var", int, what), n, what)
+        entry = _need(spec, "entry", str, what)
+        if v in var:
+            raise _Bad(f"{what}: var {v} has two values")
+        raw = _member(z, entry, label)
+        try:
+            value = np.load(io.BytesIO(raw), allow_pickle=False)
+        except (ValueError, EOFError, OSError) as e:
+            raise _Bad(f"{what} ({entry!r}) is not a valid .npy array ({e})") from None
+        shape, dtype, device = descs[v]
+        if not isinstance(value, np.ndarray) or value.dtype != dtype or (
+                shape is not None and value.shape != shape):
+            raise _Bad(f"{what} ({entry!r}) does not hold var {v}'s {shape} {dtype}")
+        name = spec.get("name")
+        if name is not None and not isinstance(name, str):
+            raise _Bad(f"{what}: bad name {name!r}")
+        var[v] = G._make_const(g, value, dtype, device, name or names.get(v))
+    for k, spec in enumerate(_need(graph, "ops", list, _GRAPH)):
+        what = f"op #{k}"
+        op_cls = _mge_op_class(_need(spec, "type", str, what))
+        try:
+            params = {str(f): dec.value(x) for f, x in _need(spec, "params", dict, what).items()}
+        except _Bad as e:
+            raise _Bad(f"{what} ({spec['type']}): a parameter: {e}") from None
+        try:
+            op = op_cls(**params)
+            op = op_cls.get(*op._key)
+        except Exception as e:
+            raise _Bad(f"{what} ({spec['type']}): its parameters do not build the op "
+                       f"({e})") from None
+        ins = [_var(v, n, f"{what} input") for v in _need(spec, "inputs", list, what)]
+        outs = [_var(v, n, f"{what} output") for v in _need(spec, "outputs", list, what)]
+        for v in ins:
+            if v not in var:
+                raise _Bad(f"{what} ({op.name}) reads var {v} before anything gives it a value")
+        for v in outs:
+            if v in var:
+                raise _Bad(f"{what} ({op.name}) writes var {v}, which already has a value")
+        if not outs:
+            raise _Bad(f"{what} ({op.name}) has no outputs")
+        _check_infer(op, [descs[v] for v in ins], [descs[v] for v in outs], what)
+        name = spec.get("name")
+        if name is not None and not isinstance(name, str):
+            raise _Bad(f"{what}: bad name {name!r}")
+        opr = g._new_opr("op", G.mgb_type(op), op, [var[v] for v in ins],
+                         [descs[v] for v in outs], name=name)
+        if isinstance(spec.get("priority"), int):
+            opr.priority = spec["priority"]
+        for v, o in zip(outs, opr.outputs):
+            var[v] = o
+    for v, name in names.items():
+        if v in var:
+            var[v].name = name
+    out_list, out_dict = [], {}
+    for j, spec in enumerate(_need(graph, "outputs", list, _GRAPH)):
+        what = f"output {j}"
+        name = _need(spec, "name", str, what)
+        v = _var(_need(spec, "var", int, what), n, what)
+        if v not in var:
+            raise _Bad(f"output {name!r} (var {v}) has no value")
+        var[v].name = name
+        out_list.append(var[v])
+        out_dict[name] = var[v]
+    metadata = _read_metadata(graph, z, label, dec)
+    return G.CompGraphLoadResult(g, out_dict, out_list, metadata)
+
+
+def _read_metadata(graph, z, label, dec):
+    meta = graph.get("metadata")
+    if meta is None:
+        return None
+    if not isinstance(meta, dict):
+        raise _Bad(f"metadata: {meta!r}")
+    out = {"graph_modified": bool(meta.get("graph_modified", False)),
+           "optimized_for_inference": bool(meta.get("optimized_for_inference", False)),
+           "optimize_options": list(meta.get("optimize_options", []))}
+    if "user_info_pickle" in meta:
+        out["user_info_pickle"] = _member(z, meta["user_info_pickle"], label)
+    else:
+        out["user_info"] = dec.value(graph["user_info"]) if "user_info" in graph else None
+    return out

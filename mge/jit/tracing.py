@@ -390,7 +390,13 @@ class trace:
         if not self.capture_as_const:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
         return dump_trace(self, file, arg_names, output_names, append=append,
-                          user_info=user_info if enable_metadata else None, ignored=kwargs)
+                          user_info=user_info if enable_metadata else None,
+                          ignored=dict(kwargs, keep_var_name=keep_var_name,
+                                       keep_opr_name=keep_opr_name,
+                                       keep_param_name=keep_param_name,
+                                       keep_opr_priority=keep_opr_priority,
+                                       optimize_for_inference=optimize_for_inference,
+                                       enable_metadata=enable_metadata))
 
 
 _DTR_OPTIONS = ("enable_dtr_auto_drop", "enable_drop", "record_computing_path",
