@@ -38,6 +38,7 @@ from mge.core import Transformation, ops
 from mge._core.ops.base import INFER
 from mge._core.ops.rng import same_but_seed
 from mge.jit.program import compile_program
+from mge.utils.naming import AutoNaming, tensor_name
 
 __all__ = ["TraceTransformation", "Recording", "Recorder", "LazyRecorder", "Replayer",
            "SymbolicValueError"]
@@ -54,6 +55,7 @@ _NUMBERS = (float, int, bool)
 # Layers above the trace segment that turn a call into ops by its input shapes and dtypes alone
 # (dtype promotion also by the AMP switch, which a call records): calls under them replay whole.
 _PURE_LAYERS = frozenset({"scalar", "dtype_promote", "dim_expansion"})
+_SCOPES = AutoNaming.scopes  # the module scopes around the op being recorded (naming)
 
 
 def _mismatch(reason, detail):
@@ -95,6 +97,12 @@ class Recording:
     ``ops`` -- ``(op, input vars, output vars)``; ``descs`` -- per var, ``(shape, dtype,
     device)``; ``externals`` -- var -> the captured tensor; ``args`` -- the vars of the tensor
     arguments, in order; ``outputs`` -- the vars of the function's tensor results.
+
+    For naming (``trace.dump``, ``mge.jit.naming``), noted while recording only: ``op_scopes``
+    -- per op, the dotted module scopes it ran in (``"simple.linear"``, ``""`` outside
+    modules); ``var_names`` -- var -> the name of its tensor (``mge.utils.naming.tensor_name``:
+    an argument's when bound, a captured tensor's and a renamed op output's when the call
+    returns).
     """
 
     def __init__(self, capture_as_const=False):
@@ -110,6 +118,8 @@ class Recording:
         self.backwards = {}  # first op -> a backward pass, for replaying it whole (or None)
         self.assigned = []   # (captured tensor, var of its value after the call)
         self.cut_vars = set()  # externals that were op outputs before an excluded block
+        self.op_scopes = []  # per op: its module scopes, joined by dots (naming)
+        self.var_names = {}  # var -> its tensor's name (naming; see the class)
         self._var_of = {}    # id(handle) -> var, while recording
         self._keep = []      # the handles seen: their ids stay unique while recording
         self._cut = set()    # id(handle) of the op outputs an excluded block cut off
@@ -142,6 +152,7 @@ class Recording:
         vars."""
         keep = {}
         args = set(self.args)
+        self._note_names()  # (the op outputs' names, before their handles are forgotten)
         for i, v in self._var_of.items():
             if v in self.externals or v in args:
                 keep[i] = v
@@ -154,6 +165,9 @@ class Recording:
         if v is None:
             v = self._new_var(x._info)
         self.args.append(v)
+        name = tensor_name(x)  # (MegEngine: an argument's name is its name when the call starts)
+        if name:
+            self.var_names[v] = name
         return v
 
     def input_vars(self, inputs):
@@ -166,9 +180,12 @@ class Recording:
             self._alias(inputs[0]._info, ins[1])
             self._alias(outputs[0]._info, ins[0])
             self.ops.append((op, ins, ()))
+            self.op_scopes.append(".".join([s for s in _SCOPES if s is not None]) if _SCOPES
+                                  else "")
             return
         outs = tuple(self._new_var(y._info) for y in outputs)
         self.ops.append((op, ins, outs))
+        self.op_scopes.append(".".join([s for s in _SCOPES if s is not None]) if _SCOPES else "")
 
     def _alias(self, info, v):
         self._var_of[id(info)] = v
@@ -177,6 +194,11 @@ class Recording:
     def finish(self, output_tensors):
         """The function returned ``output_tensors``: note their vars and drop the id map."""
         self.outputs = [self.var_of(t) for t in output_tensors]
+        self._note_names()
+        for v, t in self.externals.items():
+            name = tensor_name(t)
+            if name:
+                self.var_names[v] = name
         # the captured tensors the call assigned (parameters, optimizer states): their last value
         self.assigned = []
         for v, t in self.externals.items():
@@ -190,6 +212,16 @@ class Recording:
         self.last_use = last
         self._var_of = None
         self._keep = None
+
+    def _note_names(self):
+        # the names users gave op outputs (``y.name = ...``: on the handle) -> var_names
+        var_of, names, args = self._var_of, self.var_names, self.args
+        for info in self._keep:
+            name = info.name
+            if name:
+                v = var_of.get(id(info))
+                if v is not None and v not in self.externals and v not in args:
+                    names[v] = name
 
     def describe(self, k):
         op, ins, outs = self.ops[k]

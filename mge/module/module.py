@@ -15,12 +15,17 @@ from collections import OrderedDict
 import numpy as np
 
 from ..tensor import Parameter, Tensor
+from ..utils.naming import AutoNaming
 from .hooks import HookHandler
 
 __all__ = ["Module"]
 
 logger = logging.getLogger(__name__)
 
+
+# The naming scopes (AutoNaming's stack; the same list object for good): a module call pushes
+# its scope, so that a jit.trace recording names its ops after the modules around them.
+_SCOPES = AutoNaming.scopes
 
 # -- scanning attributes ---------------------------------------------------------------------------
 
@@ -152,15 +157,24 @@ class Module(metaclass=ABCMeta):
         return HookHandler(self._forward_hooks, hook)
 
     def __call__(self, *inputs, **kwargs):
-        for hook in list(self._forward_pre_hooks.values()):
-            modified = hook(self, inputs)
-            if modified is not None:
-                inputs = modified if isinstance(modified, tuple) else (modified,)
-        outputs = self.forward(*inputs, **kwargs)
-        for hook in list(self._forward_hooks.values()):
-            modified = hook(self, inputs, outputs)
-            if modified is not None:
-                outputs = modified
+        # The naming scope (MegEngine's AutoNaming.push_scope): the module's name, else the
+        # attribute name it was first given; None (an unnamed top module) adds nothing.  Popped
+        # also when forward raises (MegEngine leaves it pushed then).
+        name = self.name
+        _SCOPES.append(name if name is not None else self._short_name)
+        try:
+            for hook in list(self._forward_pre_hooks.values()):
+                modified = hook(self, inputs)
+                if modified is not None:
+                    inputs = modified if isinstance(modified, tuple) else (modified,)
+            outputs = self.forward(*inputs, **kwargs)
+            for hook in list(self._forward_hooks.values()):
+                modified = hook(self, inputs, outputs)
+                if modified is not None:
+                    outputs = modified
+        finally:
+            if _SCOPES:  # (AutoNaming.clear() inside forward empties it)
+                _SCOPES.pop()
         return outputs
 
     # -- traversal ---------------------------------------------------------------------------------
@@ -457,11 +471,11 @@ class Module(metaclass=ABCMeta):
                     modules.append(name)
             elif modules is not None and name in modules:
                 modules.remove(name)
-        if module_like:
+        if module_like or isinstance(value, Tensor):
+            # the dotted names of the modules and tensors it holds (MegEngine's set_name)
             prefix = self.__dict__.get("_name") or self.__dict__.get("name")
             for key, leaf in _expand_structure(name, value):
-                if isinstance(leaf, Module):
-                    _set_module_name(self, prefix, key, leaf)
+                _set_module_name(self, prefix, key, leaf)
         super().__setattr__(name, value)
 
     def __delattr__(self, name):
@@ -517,8 +531,22 @@ def _assign(pending):
 
 
 def _set_module_name(parent, prefix, name, module):
-    """Record ``module``'s dotted name under ``parent`` (and its children's), as MegEngine does:
-    a module keeps the first attribute name it was given."""
+    """Record the dotted name of ``module`` (a module or a tensor) under ``parent``, and those
+    of a module's children, as MegEngine's ``set_name`` does: a module or tensor keeps the first
+    attribute name it was given; a tensor with a ``name`` of its own keeps that name, after the
+    prefix (``"simple.k"``; :func:`mge.utils.naming.tensor_name` reads it).  Traced ops and
+    dumped vars are named after them."""
+    if isinstance(module, Tensor):
+        if module.name:
+            name = module.name
+        short = getattr(module, "_short_name", None)
+        if short and short != name:
+            logger.warning("try setting the submodule `%s` to `%s`'s new attribute `%s`, its "
+                           "name `%s` will remain unchanged", short, type(parent), name, short)
+            return
+        module._prefix = prefix
+        module._short_name = name
+        return
     full_name = name if not prefix else prefix + "." + name
     if module._short_name and module._short_name != name:
         logger.warning("try setting the submodule `%s` to `%s`'s new attribute `%s`, its name "
@@ -527,5 +555,5 @@ def _set_module_name(parent, prefix, name, module):
         return
     module._name = full_name
     module._short_name = name
-    for key, leaf in module._flatten(recursive=False, with_key=True, predicate=_is_module):
+    for key, leaf in module._flatten(recursive=False, with_key=True):
         _set_module_name(module, full_name, key, leaf)

@@ -5,12 +5,32 @@ MegEngine names every op a ``jit.trace`` records after the module scopes around 
 (``"fc1.matmul"``), and the tensors the user renamed.  The class keeps that state: a stack of scope
 names (each pushed to the channel too, so the profiler shows them), the names users gave to
 tensors (by handle), and the ops recorded under each name, so that duplicates get ``[i]``
-suffixes.  mge's model files (``trace.dump``) name inputs and outputs only; this is the
-bookkeeping for code that names things itself.
+suffixes.
+
+``mge.module.Module.__call__`` pushes each module's scope here (its ``name``, else the attribute
+name it was first given: ``"linear"``, ``"l0.1"``); a ``jit.trace`` recording notes the scope of
+every op it records (``Recording.op_scopes``), and ``trace.dump`` names the ops after them
+(``mge.jit.naming``).  Module scopes are not sent to the channel (the profiler): the stack is
+plain Python, so a module call costs a list append and pop.
 """
 from .._core.channel import get_channel
 
-__all__ = ["AutoNaming"]
+__all__ = ["AutoNaming", "tensor_name"]
+
+
+def tensor_name(tensor):
+    """The name a ``jit.trace`` recording gives ``tensor`` (MegEngine's ``Tensor._name``): its
+    user-given ``name``; for a tensor that is an attribute of a module, that name (or the
+    attribute's) after the module's dotted path -- ``"simple.k"`` for ``Parameter(name="k")``
+    in module ``simple``, ``"linear.weight"`` for an unnamed weight.  ``""`` when it has none.
+    """
+    custom = tensor.name or ""
+    short = getattr(tensor, "_short_name", None)
+    if short is None:  # not an attribute of a module
+        return custom
+    prefix = getattr(tensor, "_prefix", None)
+    own = custom or short
+    return prefix + "." + own if prefix else own
 
 
 class AutoNaming:
@@ -29,7 +49,7 @@ class AutoNaming:
         ''
     """
 
-    scopes = []
+    scopes = []  # (the list object stays the same: Module.__call__ holds it)
     c_ops = []
     name2ops = {}
     handle2names = {}
