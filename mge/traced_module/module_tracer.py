@@ -42,6 +42,7 @@ class _State:
         self.paused = 0
         self.traced = {}       # id(module) -> _Traced (recorded graphs of a user module)
         self.keep = []
+        self.ids = None        # the id counters shared by the graphs of the running trace
 
     @property
     def recording(self):

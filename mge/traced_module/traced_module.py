@@ -62,7 +62,9 @@ class InternalGraph:
         self._name = name
         self._qualname = qualname or name
         self._namespace = _Namespace()
-        self._total_ids = [0, 0]
+        # [next node id, next expr id], shared by all graphs of one trace (ids are unique in
+        # the whole TracedModule, as MegEngine's)
+        self._total_ids = mt._state.ids if mt._state.ids is not None else [0, 0]
         self._inputs = []
         self._outputs = []
         self._exprs = []
@@ -101,18 +103,28 @@ class InternalGraph:
         """The expressions (of sub-graphs too when ``recursive``), as an :class:`ExprFilter`."""
         return ExprFilter(self._all_exprs(recursive))
 
-    def _all_exprs(self, recursive):
+    def _all_exprs(self, recursive, visited=None):
+        # the Input expressions first, then the expressions; a called TracedModule's graph
+        # follows its call (each graph once)
+        visited = set() if visited is None else visited
+        visited.add(id(self))
+        seen_inputs = set()
+        for n in self._inputs:
+            if id(n) not in seen_inputs and n.expr is not None:
+                seen_inputs.add(id(n))
+                yield n.expr
         for e in self._exprs:
             yield e
             if recursive and isinstance(e, CallMethod) and e.method == "__call__":
                 owner = getattr(e.inputs[0], "owner", None)
                 for g in getattr(owner, "argdef_graph_map", {}).values():
-                    yield from g._all_exprs(True)
+                    if id(g) not in visited:
+                        yield from g._all_exprs(True, visited)
 
     def nodes(self, recursive=True):
         """Every node (inputs and expression outputs), as a :class:`NodeFilter`."""
         seen, out = set(), []
-        for n in list(self._inputs) + [o for e in self._all_exprs(recursive) for o in e.outputs]:
+        for n in [o for e in self._all_exprs(recursive) for o in e.outputs]:
             if id(n) not in seen:
                 seen.add(id(n))
                 out.append(n)
@@ -528,6 +540,7 @@ def trace_module(mod, *args, **kwargs):
         raise RuntimeError("trace_module cannot be nested in another trace")
     from .expr import Input as _I  # noqa: F401
     st.traced = {}
+    st.ids = [0, 0]
     root = mt.Scope(InternalGraph("root"), Module.__new__(_Root), None)
     st.scopes.append(root)
     try:
@@ -539,6 +552,7 @@ def trace_module(mod, *args, **kwargs):
         st.scopes.clear()
         st.keep.clear()
         st.traced = {}
+        st.ids = None
     tm._is_top = True
     sig = tm._forward_sig
     try:
