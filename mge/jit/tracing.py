@@ -378,9 +378,14 @@ class trace:
             user_info: JSON-like data (``None``, bools, numbers, strings, lists, tuples, dicts)
                 kept in the file (``LoadedModel.user_info``); not pickled, unlike MegEngine.
             enable_metadata: ``False`` leaves ``user_info`` out.
+            keep_opr_name: keep the ops' names (MegEngine's: the module scopes and the op's
+                kind, ``"simple.linear.MatrixMul"``; ``mge.jit.naming``).
+            keep_var_name: 0: keep only the inputs' var names; 1 or 2: keep every var's (the
+                names of the tensors, ``y.name = ...``, or of the ops computing them).
 
-        MegEngine's other options are accepted and ignored: ``keep_var_name``,
-        ``keep_opr_name``, ``keep_param_name``, ``keep_opr_priority``, ``no_change_graph``,
+        MegEngine's other options are accepted and ignored: ``keep_param_name`` (the
+        captured tensors are constants, named as the other vars), ``keep_opr_priority``,
+        ``no_change_graph``,
         ``strip_info_file``, ``append_json``, ``optimize_for_inference`` (the loaded program is
         optimized as a replay's is), ``input_data``, ``repeat``, ``silent``, and the keywords
         ``no_assert``, ``maxerr``, ``resize_input``, ``input_transform``, ``dump_format``,
