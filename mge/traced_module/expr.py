@@ -396,9 +396,12 @@ class CallMethod(Expr):
         obj = args[0]
         from mge.tensor import Tensor
         if isinstance(obj, Tensor):
-            fn = getattr(Tensor, self.method)
-            return _flat_outputs(self, fn(*args, **kwargs))
-        return _flat_outputs(self, getattr(obj, self.method)(*args[1:], **kwargs))
+            out = getattr(Tensor, self.method)(*args, **kwargs)
+        else:
+            out = getattr(obj, self.method)(*args[1:], **kwargs)
+        if self.method == "__setitem__":  # its output node is the tensor it changed
+            out = obj
+        return _flat_outputs(self, out)
 
     def __repr__(self):
         target = str(self.inputs[0]) if self.inputs else "?"

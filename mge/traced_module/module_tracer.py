@@ -257,6 +257,28 @@ def _method_wrapper(name, fn):
     return wrapper
 
 
+def _tensor_init_wrapper(orig_init):
+    """``Tensor(...)`` of values that hold tensors is recorded (a ``CallFunction`` of the
+    class), so each run makes a new tensor from its inputs; of plain data it is a constant."""
+    def __init__(self, *args, **kwargs):
+        if not _state.recording:
+            return orig_init(self, *args, **kwargs)
+        from mge.tensor import Tensor
+        leaves, _ = tree_flatten((args, kwargs))
+        if not any(isinstance(v, (Tensor, TensorNode)) for v in leaves):
+            with paused():
+                return orig_init(self, *args, **kwargs)
+        _, args, kwargs = _nodes_to_tensors(args, kwargs)
+
+        def make(*a, **k):
+            orig_init(self, *a, **k)
+            return self
+        _record(CallFunction(type(self), graph=_state.scopes[-1].graph), make, args, kwargs,
+                "new")
+    __init__.__wrapped_tm__ = orig_init
+    return __init__
+
+
 def _is_builtin_module(m):
     from mge.module import Module
     t = type(m)
@@ -402,6 +424,9 @@ def patched():
                 continue
             saved.append((Tensor, k, v))
             setattr(Tensor, k, _method_wrapper(k, v))
+        orig_init = Tensor.__dict__["__init__"]
+        saved.append((Tensor, "__init__", orig_init))
+        Tensor.__init__ = _tensor_init_wrapper(orig_init)
         orig_call = Module.__dict__["__call__"]
         saved.append((Module, "__call__", orig_call))
         Module.__call__ = _module_call_wrapper(orig_call)

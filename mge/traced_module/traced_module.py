@@ -412,6 +412,8 @@ def _convert(obj, memo):
             g._inputs[0]._owner = tm
             g._inputs[0].module_type = TracedModule
         return tm
+    if isinstance(obj, (list, dict)) and _all_modules(obj):
+        return _container_module(obj, memo)
     if isinstance(obj, list):
         return [_convert(v, memo) for v in obj]
     if isinstance(obj, tuple) and not hasattr(type(obj), "_fields"):
@@ -419,6 +421,31 @@ def _convert(obj, memo):
     if isinstance(obj, dict):
         return type(obj)((k, _convert(v, memo)) for k, v in obj.items())
     return obj
+
+
+def _all_modules(obj):
+    """Whether ``obj`` is a non-empty list/dict whose leaves (through nested lists and dicts)
+    are all modules."""
+    if isinstance(obj, Module):
+        return True
+    if isinstance(obj, (list, dict)):
+        items = list(obj.values()) if isinstance(obj, dict) else obj
+        return bool(items) and all(_all_modules(v) for v in items)
+    return False
+
+
+def _container_module(obj, memo):
+    """A list or dict of modules in a traced module becomes a graph-less TracedModule with an
+    attribute per item (``"0"``, ``"1"``... or the keys), as MegEngine's module containers are
+    built: the recorded ``GetAttr`` paths (``"blocks.0"``) reach the items through it."""
+    tm = TracedModule.__new__(TracedModule)
+    memo[id(obj)] = tm
+    TracedModule.__init__(tm)
+    tm._graph_name = "ModuleDict" if isinstance(obj, dict) else "ModuleList"
+    items = obj.items() if isinstance(obj, dict) else enumerate(obj)
+    for k, v in items:
+        tm.__dict__[str(k)] = _convert(v, memo)
+    return tm
 
 
 def _fix_owners(tm, seen=None):
@@ -478,6 +505,10 @@ class TracedModule(Module):
         else:
             values = list(args) + list(kwargs.values())
         leaves, argdef = tree_flatten(tuple(values))
+        if not self.argdef_graph_map:
+            raise RuntimeError(f"TracedModule({self._graph_name}) has no recorded graph (a "
+                               "container of modules, or a module never called while tracing) "
+                               "and cannot be called")
         graph = self.argdef_graph_map.get(argdef)
         if graph is None:
             graph = self.graph
@@ -598,7 +629,7 @@ def _check_replay(mod, tm, args, kwargs, real):
 
 def _state_tensors(mod):
     seen, out = set(), []
-    for m in mod.modules():
+    for m in Module.modules(mod):  # (a module may have an attribute named "modules")
         for v in vars(m).values():
             from mge.tensor import Tensor
             if isinstance(v, Tensor) and id(v) not in seen:
