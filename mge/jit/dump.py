@@ -205,6 +205,16 @@ class _Decoder:
         raise _Bad(f"unknown value tag {tag!r} (or a malformed {tag!r} value: {x!r})")
 
 
+def _op_from_params(cls, params):
+    """The op of class ``cls`` with ``params`` (by name; built positionally in field order, as
+    ``OpDef.__reduce__`` rebuilds ops, when every field is given)."""
+    if set(params) == set(cls._fields):
+        op = cls(*[params[f] for f in cls._fields])
+    else:
+        op = cls(**params)
+    return cls.get(*op._key)
+
+
 def _op_type_name(op):
     cls = type(op)
     return f"{cls.__module__}:{cls.__qualname__}"
@@ -839,8 +849,7 @@ class LoadedModel:
             except _Bad as e:
                 raise _Bad(f"{what} ({spec['type']}): a parameter: {e}") from None
             try:
-                op = op_cls(**params)
-                op = op_cls.get(*op._key)
+                op = _op_from_params(op_cls, params)
             except Exception as e:
                 raise _Bad(f"{what} ({spec['type']}): its parameters do not build the op "
                            f"({e})") from None
@@ -1028,7 +1037,7 @@ def _tracing_now():
 
 # -- MegBrain-style graphs (mge.core.tensor.megbrain_graph) ---------------------------------------
 def save_graph_oprs(dest, oprs, *, keep_var_name=1, keep_opr_name=False, keep_param_name=False,
-                    keep_opr_priority=False, metadata=None):
+                    keep_opr_priority=False, metadata=None, extra_inputs=()):
     """Write the graph operators ``oprs`` (``megbrain_graph``'s, in a topological order)
     computing the vars ``dest`` in this format; returns ``(bytes, DumpResult)``.
 
@@ -1037,7 +1046,11 @@ def save_graph_oprs(dest, oprs, *, keep_var_name=1, keep_opr_name=False, keep_pa
     for the var they pass on.  ``keep_var_name`` (0, 1, 2), ``keep_opr_name``,
     ``keep_param_name`` and ``keep_opr_priority`` are MegEngine's ``dump_graph`` options; the
     inputs and outputs are always named.  ``metadata`` as :func:`save`'s, plus ``user_info``.
+    ``extra_inputs``: input vars (``Host2DeviceCopy``) kept as inputs of the model although the
+    outputs do not depend on them (a model keeps its signature).
     """
+    listed = {id(o) for o in oprs}
+    oprs = list(oprs) + [v.owner for v in extra_inputs if id(v.owner) not in listed]
     alias = {}
 
     def real(v):
@@ -1181,6 +1194,7 @@ def _build_graph(graph, z, label, graph_cls, G):
             raise _Bad(f"var_names: bad entry {pair!r}")
         names[_var(pair[0], n, "var_names")] = pair[1]
     g = graph_cls()
+    g._file_inputs = []
     var = {}
     for j, spec in enumerate(_need(graph, "inputs", list, _GRAPH)):
         what = f"input {j}"
@@ -1190,6 +1204,7 @@ def _build_graph(graph, z, label, graph_cls, G):
             raise _Bad(f"{what}: var {v} has two values")
         shape, dtype, device = descs[v]
         var[v] = G._raw(g.make_h2d(dtype=dtype, device=device, shape=shape, name=name))
+        g._file_inputs.append(var[v])
     for j, spec in enumerate(_need(graph, "constants", list, _GRAPH)):
         what = f"constant {j}"
         v = _var(_need(spec, "var", int, what), n, what)
@@ -1217,8 +1232,7 @@ def _build_graph(graph, z, label, graph_cls, G):
         except _Bad as e:
             raise _Bad(f"{what} ({spec['type']}): a parameter: {e}") from None
         try:
-            op = op_cls(**params)
-            op = op_cls.get(*op._key)
+            op = _op_from_params(op_cls, params)
         except Exception as e:
             raise _Bad(f"{what} ({spec['type']}): its parameters do not build the op "
                        f"({e})") from None

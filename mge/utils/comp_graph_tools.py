@@ -347,6 +347,13 @@ class GraphInference:
             nodes = find_vars_by_name(nodes, outputs)
         self._origin_outputs = nodes
         nodes, self._inp_dict = convert_inputs(nodes)
+        # inputs of the model the outputs do not need are still taken (and ignored)
+        for v in getattr(self._graph, "_file_inputs", ()):
+            if v.name not in self._inp_dict:
+                node = G.InputNode(device=v.device, dtype=v.dtype, shape=v.shape,
+                                   graph=self._graph)
+                node.name = v.name
+                self._inp_dict[v.name] = node
         nodes, self._oup_dict = convert_outputs(nodes)
         self._func = self._graph.compile(nodes)
 

@@ -99,6 +99,10 @@ class Network:
         for x in outputs:
             self.output_vars.append(self._get_var(x))
         self.add_dep_oprs()
+        # the model's inputs the outputs do not depend on stay inputs (its signature)
+        for x in getattr(ret.graph, "_file_inputs", ()):
+            if all(x is not y for y in self._orig_inputs):
+                self._orig_inputs.append(x)
         for x in self._orig_inputs:
             self.input_vars.append(self._get_var(x))
         self.graph = ret.graph
@@ -163,11 +167,13 @@ class Network:
                         bool(optimize_for_inference), "optimize_options": options,
                         "user_info": user_info}
         G.set_priority_to_id(out)
-        data, info = G.dump_graph(
-            out, keep_var_name=keep_var_name, keep_opr_name=keep_opr_name,
+        needed = {id(v.var) for v in self.all_vars}
+        extra = [v.var for v in self.input_vars
+                 if v.var.owner.type == "Host2DeviceCopy" and id(v.var) not in needed]
+        data, info = G._dump_graph(
+            out, extra, keep_var_name=keep_var_name, keep_opr_name=keep_opr_name,
             keep_param_name=keep_param_name, keep_opr_priority=keep_opr_priority,
-            strip_info_file=strip_info_file, append_json=append_json, metadata=metadata,
-            dump_format=dump_format)
+            strip_info_file=strip_info_file, append_json=append_json, metadata=metadata)
         if isinstance(file, str):
             with open(file, "ab" if append else "wb") as f:
                 f.write(data)
@@ -280,6 +286,13 @@ class Network:
                     if opnode not in repl.users:
                         repl.users.append(opnode)
                 var.users.clear()
+        # an input replaced by another input: the model's input list follows
+        swapped = []
+        for v in self.input_vars:
+            r = next((r for k, r in repl_dict.items() if k is v), v)
+            if isinstance(r.owner, Host2DeviceCopy) or r.var.owner.type == "Host2DeviceCopy":
+                swapped.append(r)
+        self.input_vars = swapped
         self._compile()
 
     def replace_oprs(self, repl_dict):

@@ -204,7 +204,8 @@ class OpNode(NetworkNode):
         if self._opr is not None and self._opr.opdef is not None and \
                 type(self._opr.opdef) is self.opdef and self._opr.params == self.params:
             return self._opr.opdef
-        return self.opdef(**params)
+        from ..jit.dump import _op_from_params
+        return _op_from_params(self.opdef, params)
 
     def compile(self):
         """Rebuild the graph operator if the inputs or parameters changed."""

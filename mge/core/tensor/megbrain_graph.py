@@ -249,6 +249,7 @@ class Graph:
         self._op_cache = weakref.WeakKeyDictionary()
         self._dest = None
         self._pending = False
+        self._file_inputs = []  # a loaded model's inputs, in the file's order
 
     # -- building -----------------------------------------------------------------------------
     def _new_opr(self, kind, type_name, opdef, inputs, descs, name=None, payload=None):
@@ -1204,6 +1205,15 @@ def dump_graph(output_vars, *, keep_var_name=1, keep_opr_name=False, keep_param_
     ``model_version``, ``no_change_graph`` and ``compat_older_version`` choose among MegBrain's
     binary formats: accepted and ignored (mge has one format).
     """
+    return _dump_graph(output_vars, (), keep_var_name=keep_var_name,
+                       keep_opr_name=keep_opr_name, keep_param_name=keep_param_name,
+                       keep_opr_priority=keep_opr_priority, strip_info_file=strip_info_file,
+                       append_json=append_json, metadata=metadata)
+
+
+def _dump_graph(output_vars, extra_inputs, *, keep_var_name, keep_opr_name, keep_param_name,
+                keep_opr_priority, strip_info_file, append_json, metadata):
+    # dump_graph, keeping the inputs ``extra_inputs`` although the outputs may not need them
     if isinstance(output_vars, dict):
         seen = set()
         for name, var in output_vars.items():
@@ -1219,7 +1229,7 @@ def dump_graph(output_vars, *, keep_var_name=1, keep_opr_name=False, keep_param_
     data, result = _dump.save_graph_oprs(
         raws, _needed_oprs(raws), keep_var_name=keep_var_name, keep_opr_name=keep_opr_name,
         keep_param_name=keep_param_name, keep_opr_priority=keep_opr_priority,
-        metadata=metadata)
+        metadata=metadata, extra_inputs=[_raw(v) for v in extra_inputs])
     if strip_info_file is not None:
         _write_strip_info(strip_info_file, raws, result, append_json)
     return data, CompGraphDumpResult(*result)
