@@ -422,15 +422,16 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
     return _write_model(graph, entries, file, append, user_info, metadata)
 
 
-def _write_model(graph, entries, file, append, user_info, metadata):
+def _write_model(graph, entries, file, append, user_info, metadata, pickle_user_info=False):
     """Write ``graph`` (the graph.json object) and the ``entries`` (archive member -> bytes);
-    returns the :data:`DumpResult`."""
+    returns the :data:`DumpResult`.  A ``user_info`` JSON cannot hold is a ``TypeError``, or
+    with ``pickle_user_info`` (``Network.dump``, as MegEngine) pickled into the metadata."""
     entries = dict(entries)
     if user_info is not None:
         try:
             graph["user_info"] = _encode(user_info, "save: user_info")
         except TypeError:
-            if metadata is None:
+            if metadata is None or not pickle_user_info:
                 raise
             graph.pop("user_info", None)
     if metadata is not None:
@@ -1149,7 +1150,8 @@ def save_graph_oprs(dest, oprs, *, keep_var_name=1, keep_opr_name=False, keep_pa
     metadata = dict(metadata) if metadata is not None else None
     user_info = metadata.pop("user_info", None) if metadata is not None else None
     buf = io.BytesIO()
-    result = _write_model(graph, entries, buf, False, user_info, metadata)
+    result = _write_model(graph, entries, buf, False, user_info, metadata,
+                          pickle_user_info=True)
     return buf.getvalue(), result
 
 
