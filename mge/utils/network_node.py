@@ -91,6 +91,9 @@ class VarNode(NetworkNode, G.VarNode):
     def var(self, var):
         self._reset(var)
 
+    def _rebind(self, node):
+        self._reset(node)
+
     def _reset(self, other):
         if isinstance(other, G.VarNode):
             other = other.var

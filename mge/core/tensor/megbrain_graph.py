@@ -769,8 +769,36 @@ class VarNode:
         return self._F().reshape(self, shape)
 
     def astype(self, dtype):
-        """Convert to ``dtype`` (``F.astype``)."""
-        return self._F().astype(self, dtype)
+        """Convert to ``dtype`` (quantized dtypes rescale, as ``Tensor.astype``)."""
+        from ..._core.dtype import canonical
+        from ..._core.ops import TypeCvt
+        dtype = canonical(dtype)
+        mine = self.dtype
+        if dtype.metadata is not None or (mine is not None and mine.metadata is not None):
+            if dtype == mine and dtype.metadata == mine.metadata:
+                return self
+            from . import dtype as _qdtype
+            return _qdtype._typecvt_quantized(self, dtype)
+        if dtype == mine:
+            return self
+        return _mge_apply(TypeCvt(dtype), self)[0]
+
+    def __setitem__(self, index, value):
+        # as Tensor's: the var becomes the result of the assignment (a new graph var)
+        from ...functional.indexing import setitem
+        new = setitem(self, index, value)
+        self._rebind(new._node)
+
+    def _rebind(self, node):
+        self._node = node
+
+    def __array__(self, dtype=None, copy=None):
+        a = self.numpy()
+        return a if dtype is None else a.astype(dtype)
+
+    def detach(self):
+        """The var itself (a graph has no autodiff)."""
+        return self
 
     def flatten(self):
         """Flatten (``F.flatten``)."""
@@ -816,8 +844,9 @@ class VarNode:
         return self._F().min(self, axis=axis, keepdims=keepdims)
 
     def to(self, device):
-        """A copy on ``device`` (``F.copy``)."""
-        return self._F().copy(self, device)
+        """A copy on ``device`` (a ``Copy`` operator)."""
+        from ..._core.ops.misc import Copy
+        return _mge_apply(Copy(as_device(device)), self)[0]
 
 
 def _getitem(x, index):
