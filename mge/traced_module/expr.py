@@ -492,6 +492,9 @@ class Apply(Expr):
         self.opdef = opdef
 
     def interpret(self, *inputs):
+        from mge.core.ops import builtin
+        if isinstance(self.opdef, builtin.BuiltinOp):
+            return list(builtin.apply(self.opdef, *inputs))
         from mge.core import apply
         return list(apply(self.opdef, *inputs))
 

@@ -257,6 +257,73 @@ def _method_wrapper(name, fn):
     return wrapper
 
 
+class _TracedShape(tuple):
+    """``Tensor.shape`` while recording: a plain tuple of ints that remembers its tensor, so
+    that turning it into a tensor (``Tensor(x.shape)``, an op applied to it) records a
+    ``GetVarShape`` of that tensor (the shape follows the input when the graph is replayed)."""
+
+    def __new__(cls, shape, tensor):
+        obj = super().__new__(cls, shape)
+        obj._tensor = tensor
+        return obj
+
+
+# recorded arguments hold it as the plain tuple it is
+from .pytree import register_supported_type as _register  # noqa: E402
+_register(_TracedShape, lambda x: (list(x), None), lambda c, a: tuple(c))
+
+
+def _shape_property(orig):
+    def fget(self):
+        shape = orig.fget(self)
+        if _state.recording:
+            return _TracedShape(shape, self)
+        return shape
+    return property(fget, doc=orig.__doc__)
+
+
+def _record_shape_of(shape):
+    """The tensor (and its node) of a ``GetVarShape`` of ``shape``'s tensor."""
+    from mge.core.ops import builtin
+    op = builtin.GetVarShape()
+    expr = Apply(op, graph=_state.scopes[-1].graph)
+    return _record(expr, lambda t: tuple(builtin.apply(op, t)), (shape._tensor,), {},
+                   "getvarshape")[0]
+
+
+def _builtin_op_applies():
+    from mge.core.ops import builtin
+    out = []
+    for name in builtin.__all__:
+        cls = getattr(builtin, name, None)
+        if isinstance(cls, type) and issubclass(cls, builtin.BuiltinOp) and \
+                "_apply" in vars(cls):
+            out.append((cls, vars(cls)["_apply"]))
+    return out
+
+
+def _opdef_apply_wrapper(fn):
+    """``apply(opdef, ...)`` of one of MegEngine's op classes is one ``Apply`` of that op (not
+    the mge ops it is made of)."""
+    def _apply(self, inputs):
+        if not _state.recording:
+            return fn(self, inputs)
+        from mge.tensor import Tensor
+        conv = []
+        for x in inputs:
+            if isinstance(x, _TracedShape):
+                x = _record_shape_of(x)
+            elif not isinstance(x, Tensor):
+                x = Tensor(x)
+            conv.append(x)
+        expr = Apply(self, graph=_state.scopes[-1].graph)
+        out = _record(expr, lambda *xs: tuple(fn(self, list(xs))), tuple(conv), {},
+                      type(self).__name__.lower())
+        return list(out)
+    _apply.__wrapped_tm__ = fn
+    return _apply
+
+
 def _tensor_init_wrapper(orig_init):
     """``Tensor(...)`` of values that hold tensors is recorded (a ``CallFunction`` of the
     class), so each run makes a new tensor from its inputs; of plain data it is a constant."""
@@ -265,6 +332,10 @@ def _tensor_init_wrapper(orig_init):
             return orig_init(self, *args, **kwargs)
         from mge.tensor import Tensor
         leaves, _ = tree_flatten((args, kwargs))
+        if len(args) >= 1 and isinstance(args[0], _TracedShape):
+            src = _record_shape_of(args[0])
+            args = (src,) + tuple(args[1:])
+            leaves = [src]
         if not any(isinstance(v, (Tensor, TensorNode)) for v in leaves):
             with paused():
                 return orig_init(self, *args, **kwargs)
@@ -424,6 +495,12 @@ def patched():
                 continue
             saved.append((Tensor, k, v))
             setattr(Tensor, k, _method_wrapper(k, v))
+        for cls, fn in _builtin_op_applies():
+            saved.append((cls, "_apply", fn))
+            setattr(cls, "_apply", _opdef_apply_wrapper(fn))
+        orig_shape = Tensor.__dict__["shape"]
+        saved.append((Tensor, "shape", orig_shape))
+        Tensor.shape = _shape_property(orig_shape)
         orig_init = Tensor.__dict__["__init__"]
         saved.append((Tensor, "__init__", orig_init))
         Tensor.__init__ = _tensor_init_wrapper(orig_init)
