@@ -384,3 +384,34 @@ def test_replay_records_nothing():
         np.testing.assert_allclose(traced(x).numpy(), 4.0)
     assert traced.recording is rec
     assert (rec.op_scopes, rec.var_names) == before
+
+
+def test_dump_request_gives_the_users_names():
+    # trace.dump says what the user asked for: a writer's default output names do not rename
+    # the outputs, and arg_names given by the user win over the tensors' own names
+    from mge.jit.naming import dump_request
+
+    class Simple(M.Module):
+        def __init__(self):
+            super().__init__("simple")
+
+        def forward(self, x):
+            return x + x
+
+    traced = trace(Simple(), capture_as_const=True)
+    traced(Tensor(np.ones((2, 3), "float32"), name="data"))
+    rec = traced.recording
+    with dump_request(False, None):
+        _, var = names_for_dump(rec, ["arg_0"], ["output_0"], True, 1)
+    assert var[rec.outputs[0]] == "simple.ADD" and var[rec.args[0]] == "data"
+    with dump_request(True, ["out"]):
+        _, var = names_for_dump(rec, ["x"], ["output_0"], True, 1)
+    assert var[rec.outputs[0]] == "out" and var[rec.args[0]] == "x"
+    _, var = names_for_dump(rec, ["arg_0"], ["output_0"], True, 1)  # (no request: as given)
+    assert var[rec.outputs[0]] == "output_0" and var[rec.args[0]] == "data"
+    # trace.dump opens one: the user's output names (or a returned dict's keys)
+    assert traced._given_output_names(None) is None
+    assert traced._given_output_names("y") == ["y"]
+    as_dict = trace(lambda x: {"b": x * 2, "a": x + 1}, capture_as_const=True)
+    as_dict(Tensor(np.ones(2, "float32")))
+    assert as_dict._given_output_names(None) == ["a", "b"]

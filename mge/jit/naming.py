@@ -32,7 +32,13 @@ The rules, as MegEngine 1.13 applies them:
   old name in each of their output names becomes the new one;
 * the outputs last: ``output_names`` (non-empty entries) replace their names.
 """
-__all__ = ["names_for_dump", "opr_name", "COMMUTATIVE_MODES"]
+import contextlib
+import contextvars
+
+__all__ = ["names_for_dump", "dump_request", "opr_name", "COMMUTATIVE_MODES"]
+
+# what the user asked trace.dump for (see dump_request): (prefer_input_names, output names)
+_REQUEST = contextvars.ContextVar("mge_jit_naming_request", default=None)
 
 #: Elemwise modes whose two inputs MegBrain sorts by var id (MegDNN's ``commutable`` modes)
 COMMUTATIVE_MODES = frozenset({"ADD", "FUSE_ADD_RELU", "FUSE_ADD_SIGMOID", "FUSE_ADD_TANH",
@@ -58,8 +64,23 @@ def opr_name(op):
     return _OP_RENAMES.get(cls, cls)
 
 
+@contextlib.contextmanager
+def dump_request(prefer_input_names, output_names):
+    """``with dump_request(...):`` -- what the user asked ``trace.dump`` for, for the
+    :func:`names_for_dump` calls inside the block (the model writer's): whether they gave
+    ``arg_names`` (``prefer_input_names``) and the output names they gave (``output_names``,
+    or the keys of a returned dict; ``None`` when none).  MegEngine names the outputs only
+    with those: a writer's default output names (``output_0``, ...) do not rename them."""
+    token = _REQUEST.set((bool(prefer_input_names),
+                          None if output_names is None else list(output_names)))
+    try:
+        yield
+    finally:
+        _REQUEST.reset(token)
+
+
 def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_name,
-                   keep_param_name=False, *, prefer_input_names=False):
+                   keep_param_name=False, *, prefer_input_names=None):
     """The names ``trace.dump`` writes for ``recording``: ``(op_names, var_names)``.
 
     Args:
@@ -80,7 +101,11 @@ def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_n
         prefer_input_names: pass ``True`` when the user gave ``arg_names``: then they win
             over the arguments' own tensor names (MegEngine's rule); with ``False`` a tensor's
             own name (``Tensor(..., name="data")``) wins over its ``arg_names`` entry, which is
-            then a default.
+            then a default.  ``None`` (the default): as the enclosing :func:`dump_request`
+            says, else ``False``.
+
+    Inside a :func:`dump_request` block (``trace.dump`` opens one), the request's output
+    names replace ``output_names``, and its ``prefer_input_names`` is the default.
 
     Returns:
         ``op_names``: a list parallel to ``recording.ops``, each op's name, or ``None`` where
@@ -92,6 +117,11 @@ def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_n
         output: its op's name; ``"<op name>:o<i>"`` for an op with several outputs).
     """
     rec = recording
+    request = _REQUEST.get()
+    if request is not None:
+        output_names = request[1]
+    if prefer_input_names is None:
+        prefer_input_names = request[0] if request is not None else False
     ops = rec.ops
     scopes = getattr(rec, "op_scopes", None)
     if scopes is None or len(scopes) != len(ops):

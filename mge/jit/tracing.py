@@ -19,6 +19,7 @@ from .._core.plugins import get_plugin
 from ..core._trace_option import set_symbolic_shape, use_symbolic_shape  # noqa: F401 (MegEngine's)
 from ..tensor import Tensor
 from .dump import dump_trace
+from .naming import dump_request
 from .program import Programs
 
 __all__ = ["trace", "exclude_from_trace", "is_tracing", "TraceError"]
@@ -110,11 +111,11 @@ def _flatten(obj, out):
 class _Trace:
     """One recording (for one signature of arguments) and its compiled programs."""
 
-    def __init__(self, recording, in_tree, out_tree, profile=None):
+    def __init__(self, recording, in_tree, out_tree, profile=None, opt_level=2):
         self.recording = recording
         self.in_tree = in_tree
         self.out_tree = out_tree
-        self.programs = Programs(profile)
+        self.programs = Programs(profile, opt_level)
 
 
 class trace:
@@ -239,7 +240,7 @@ class trace:
     def _record(self, args, kwargs, tensors, in_tree):
         plugin = _plugin()
         rec = plugin.Recording(self.capture_as_const)
-        tr = _Trace(rec, in_tree, None, {} if self.profiling else None)
+        tr = _Trace(rec, in_tree, None, {} if self.profiling else None, self.opt_level)
         if self.symbolic and self.dtr_config is None:  # (under DTR: op by op, as replays)
             return self._record_lazily(plugin, tr, args, kwargs, tensors)
         for t in tensors:
@@ -394,14 +395,25 @@ class trace:
         """
         if not self.capture_as_const:
             raise ValueError("you must specify capture_as_const=True at __init__ to use dump")
-        return dump_trace(self, file, arg_names, output_names, append=append,
-                          user_info=user_info if enable_metadata else None,
-                          ignored=dict(kwargs, keep_var_name=keep_var_name,
-                                       keep_opr_name=keep_opr_name,
-                                       keep_param_name=keep_param_name,
-                                       keep_opr_priority=keep_opr_priority,
-                                       optimize_for_inference=optimize_for_inference,
-                                       enable_metadata=enable_metadata))
+        # the names the user asked for (MegEngine renames only with those): mge.jit.naming
+        with dump_request(arg_names is not None, self._given_output_names(output_names)):
+            return dump_trace(self, file, arg_names, output_names, append=append,
+                              user_info=user_info if enable_metadata else None,
+                              ignored=dict(kwargs, keep_var_name=keep_var_name,
+                                           keep_opr_name=keep_opr_name,
+                                           keep_param_name=keep_param_name,
+                                           keep_opr_priority=keep_opr_priority,
+                                           optimize_for_inference=optimize_for_inference,
+                                           enable_metadata=enable_metadata))
+
+    def _given_output_names(self, output_names):
+        # output_names as given, else the keys of a returned dict of tensors, else None
+        if output_names:
+            return [output_names] if isinstance(output_names, str) else list(output_names)
+        tree = None if self._last is None else self._last.out_tree
+        if tree is not None and tree[0] == "dict" and all(t == ("T",) for _, t in tree[1]):
+            return [str(k) for k, _ in tree[1]]
+        return None
 
 
 _DTR_OPTIONS = ("enable_dtr_auto_drop", "enable_drop", "record_computing_path",
