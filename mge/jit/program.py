@@ -45,6 +45,7 @@ from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
 from .._core.ops.rng import reseeded as _reseeded
+from . import arith as _arith
 
 _run = _accel.load("mge.jit.engine")
 
@@ -304,6 +305,33 @@ def _fold_constants(rec, keep, out_vars):
     return left, consts
 
 
+def _resolve(alias, v):
+    # the value var v is, after merged and simplified ops handed theirs on
+    while v in alias:
+        v = alias[v]
+    return v
+
+
+class _Known:
+    """The values known when a program is compiled, for ``arith.simplify``: folded constants,
+    and tensors captured with ``capture_as_const`` (one element only: read as numbers)."""
+
+    def __init__(self, consts, snapshots, descs):
+        self.consts = consts
+        self.snapshots = snapshots or {}
+        self.descs = descs
+
+    def get(self, v):
+        x = self.consts.get(v)
+        if x is not None:
+            return x
+        t = self.snapshots.get(v)
+        shape = self.descs[v][0]
+        if t is None or shape is None or _size(shape) != 1:
+            return None
+        return t.numpy()
+
+
 def _on_cpu(device):
     try:
         return as_device(device).impl is _cpu
@@ -311,9 +339,11 @@ def _on_cpu(device):
         return False
 
 
-def compile_program(rec, start, stop, out_vars, profile=None):
+def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
     """Ops ``[start, stop)`` of ``rec`` as a ``TracedProgram`` giving ``out_vars``; with a
-    ``profile`` dict, each run adds its kernel calls' counts and times to it, by op name."""
+    ``profile`` dict, each run adds its kernel calls' counts and times to it, by op name.
+    ``opt_level`` (``trace``'s): at 1 and above, arithmetic is simplified as MegBrain's graphs
+    do (``mge.jit.arith``); at 0 the program computes each op as recorded."""
     ops = rec.ops
     descs = rec.descs
     # dead-code elimination, backwards from the outputs
@@ -326,10 +356,14 @@ def compile_program(rec, start, stop, out_vars, profile=None):
         keep.append(k)
         needed.update(ins)
     keep.reverse()
+    snapshots = getattr(rec, "snapshots", None)  # (capture_as_const's values)
     ops, keep, alias = _merge_common(ops, keep)
     rec = RecordingView(descs, ops)
     wanted = tuple([alias.get(v, v) for v in out_vars])  # the outputs, as the kept ops name them
     keep, consts = _fold_constants(rec, keep, wanted)
+    if opt_level >= 1:
+        keep = _arith.simplify(ops, keep, descs, _Known(consts, snapshots, descs), alias)
+        wanted = tuple([_resolve(alias, v) for v in out_vars])
     produced = set()
     for k in keep:
         produced.update(ops[k][2])
@@ -503,11 +537,12 @@ def _plan_fused(rec, run, slot, n_slots, last, keep_alive, out_vars, plan):
 class Programs:
     """A trace's compiled programs, by the slice of the recording and the outputs asked for."""
 
-    def __init__(self, profile=None):
+    def __init__(self, profile=None, opt_level=2):
         self._cache = {}
         self._later = {}
         self.compiled = 0
         self.profile = profile  # None, or the dict the programs' runs fill (trace(profiling=True))
+        self.opt_level = opt_level  # trace's: what compile_program may rewrite
 
     def clear(self):
         """Forget every program (the recording changed)."""
@@ -534,7 +569,8 @@ class Programs:
                 self._cache.clear()
             _pspan = _profiler.span("trace", "trace compile", {"ops": stop - start})  # profiler
             try:  # profiler (issue 13): the span ends even if compiling fails
-                p = self._cache[key] = compile_program(rec, start, stop, out_vars, self.profile)
+                p = self._cache[key] = compile_program(rec, start, stop, out_vars, self.profile,
+                                                              self.opt_level)
             finally:
                 _profiler.end(_pspan)  # profiler (issue 13)
             self.compiled += 1
