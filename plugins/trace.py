@@ -363,6 +363,7 @@ class LazyRecorder(Recorder):
     def __init__(self, recording, programs):
         super().__init__(recording)
         self.profile = programs.profile
+        self.opt_level = programs.opt_level
         self.vi = []          # per var: a real handle, or None until a program computes it
         self.dynamic = []     # per var: whether it depends on an argument
         self.done = set()     # the ops a folding program ran
@@ -485,8 +486,9 @@ class LazyRecorder(Recorder):
         if not alive and not extra:
             return
         out_vars = [t._info.producer for t in alive]
-        view = _Ops(rec.descs, [rec.ops[k] for k in ks])
-        program = compile_program(view, 0, len(ks), tuple(out_vars) + tuple(extra), self.profile)
+        view = _Ops(rec.descs, [rec.ops[k] for k in ks], rec.snapshots)
+        program = compile_program(view, 0, len(ks), tuple(out_vars) + tuple(extra), self.profile,
+                                  self.opt_level)
         vi = self.vi
         real = _channel.apply_op(program, [vi[v] for v in program.in_vars])
         for t, r in zip(alive, real):
@@ -549,9 +551,10 @@ class LazyRecorder(Recorder):
 class _Ops:
     """Some ops of a recording, as ``compile_program`` reads a recording."""
 
-    def __init__(self, descs, ops):
+    def __init__(self, descs, ops, snapshots=None):
         self.descs = descs
         self.ops = ops
+        self.snapshots = snapshots  # the values captured as constants (capture_as_const)
 
 
 def _sole_refs():
