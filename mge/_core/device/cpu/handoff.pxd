@@ -35,6 +35,7 @@ cdef class Handoff:
     cpdef sleep(self)
     cdef _wake_caller(self)
     cdef int enter_nogil(self)
+    cdef int enter_pair(self)
 
 
 # One GEMM's arguments, ready to run without the GIL (CpuKernels._plan_gemm fills it).
