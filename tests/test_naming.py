@@ -415,3 +415,21 @@ def test_dump_request_gives_the_users_names():
     as_dict = trace(lambda x: {"b": x * 2, "a": x + 1}, capture_as_const=True)
     as_dict(Tensor(np.ones(2, "float32")))
     assert as_dict._given_output_names(None) == ["a", "b"]
+
+
+def test_graph_inputs_sorts_commutative_inputs():
+    from mge.jit.naming import graph_inputs
+
+    class Simple(M.Module):
+        def __init__(self):
+            super().__init__("simple")
+            self.k = Parameter(2.0, name="k")
+
+        def forward(self, x):
+            return (self.k * x) - self.k  # MUL commutes (x first: an input), SUB does not
+
+    rec, ops, var = _names(Simple(), False)
+    mul, sub = rec.ops
+    assert [var[v] for v in mul[1]] == ["simple.k", "x"]  # as recorded
+    assert [var[v] for v in graph_inputs(rec, 0)] == ["x", "simple.k"]
+    assert graph_inputs(rec, 1) == tuple(sub[1])

@@ -35,7 +35,7 @@ The rules, as MegEngine 1.13 applies them:
 import contextlib
 import contextvars
 
-__all__ = ["names_for_dump", "dump_request", "opr_name", "COMMUTATIVE_MODES"]
+__all__ = ["names_for_dump", "dump_request", "graph_inputs", "opr_name", "COMMUTATIVE_MODES"]
 
 # what the user asked trace.dump for (see dump_request): (prefer_input_names, output names)
 _REQUEST = contextvars.ContextVar("mge_jit_naming_request", default=None)
@@ -62,6 +62,39 @@ def opr_name(op):
         mode = op.mode
         return _MODE_RENAMES.get(mode) or str(mode).upper()
     return _OP_RENAMES.get(cls, cls)
+
+
+def _var_ranks(rec):
+    # var -> the order MegBrain makes the vars of a dumped trace in: the inputs (in order), the
+    # captured tensors, then the ops' outputs (both by var number, which follows the recording)
+    rank = {}
+    for i, v in enumerate(rec.args):
+        rank.setdefault(v, (0, i))
+    for v in rec.externals:
+        rank.setdefault(v, (1, v))
+    for _, _, outs in rec.ops:
+        for v in outs:
+            rank.setdefault(v, (2, v))
+    return rank
+
+
+def _commutative(op, ins):
+    return (len(ins) == 2 and type(op).__name__ == "Elemwise"
+            and opr_name(op) in COMMUTATIVE_MODES)
+
+
+def graph_inputs(recording, k, ranks=None):
+    """The input vars of op ``k`` of ``recording`` in the order MegBrain's graph holds them:
+    as recorded, except the two inputs of a commutative ``Elemwise`` (:data:`COMMUTATIVE_MODES`),
+    which MegBrain sorts by the order their vars were made (the graph's inputs first, then the
+    captured tensors, then op outputs): ``k * x`` reads ``(x, k)``.  ``ranks`` may be given to
+    save recomputing them over many ops (``_var_ranks(recording)``)."""
+    op, ins, _ = recording.ops[k]
+    if not _commutative(op, ins):
+        return tuple(ins)
+    if ranks is None:
+        ranks = _var_ranks(recording)
+    return tuple(sorted(ins, key=lambda v: ranks.get(v, (3, v))))
 
 
 @contextlib.contextmanager
@@ -177,21 +210,12 @@ def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_n
             return ("op", k)
         return consts.get(v)
 
-    def rank(v):
-        # the order MegBrain makes the vars in: inputs, constants, then op outputs
-        node = owner(v)
-        if node is None:
-            return (3, v)
-        return ({"arg": 0, "const": 1, "op": 2}[node[0]], node[1] if node[0] == "arg" else v)
+    ranks = _var_ranks(rec)
 
     def node_inputs(node):
         if node[0] != "op":
             return ()
-        op, ins, _ = ops[node[1]]
-        if (len(ins) == 2 and type(op).__name__ == "Elemwise"
-                and opr_name(op) in COMMUTATIVE_MODES):
-            return tuple(sorted(ins, key=rank))
-        return ins
+        return graph_inputs(rec, node[1], ranks)
 
     # -- post-order walk from the outputs (MegBrain's DepOprIter), grouping nodes by name
     order = []
