@@ -232,6 +232,20 @@ def test_the_caller_does_not_hang_on_a_worker_that_waits_for_it():
         del _EVENTS["w"]
 
 
+@pytest.mark.parametrize("state, waits", [("RUNNING", True), ("PAIR", True), ("NOGIL", False),
+                                           ("IDLE", False)])
+def test_the_caller_waits_for_a_running_worker_and_for_a_pair(state, waits):
+    # A hand-off of its own (no worker behind it): the caller's yield waits (and times out) while
+    # the worker runs Python or a pair of products, and returns at once otherwise.
+    h = _handoff.Handoff()
+    h.yield_timeout_us = 200
+    h.state = getattr(_handoff, state)
+    h.yield_to_worker()
+    expect = int(waits and COMPILED)
+    assert (h.yields, h.timeouts) == (expect, expect)
+    assert not h.caller_waiting
+
+
 def test_worker_sleeps_and_wakes_through_the_handoff():
     h = ch.handoff
     mge._full_sync()
