@@ -264,11 +264,11 @@ def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_n
         if v not in final_var and name is not None:
             final_var[v] = name
     # vars that follow their op's (or input's, constant's) name
-    needed = {node for node in order}
-    for node in needed:
-        for v in node_outputs(node):
-            if v not in final_var and node_name[node] is not None:
-                final_var[v] = node_name[node]
+    for node in order:
+        name = node_name[node]
+        if name is not None:
+            for v in node_outputs(node):
+                final_var.setdefault(v, name)
     if output_names:
         for v, name in zip(rec.outputs, output_names):
             if name:
@@ -283,22 +283,17 @@ def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_n
     var_names = {}
     for node in order:
         kind = node[0]
-        if kind == "arg":
-            keep = True
-        elif kind == "const":
-            keep = bool(keep_opr_name or keep_var_name)
-        else:
-            keep = keep_var_name >= 1
-        if keep:
-            for v in node_outputs(node):
-                if v in final_var:
-                    var_names[v] = final_var[v]
-    # inputs the outputs do not depend on are still inputs of the file
+        for v in node_outputs(node):
+            if keep_var_name >= 1:
+                name = final_var.get(v)  # every var's name is kept
+            elif kind == "arg" or (kind == "const" and keep_opr_name):
+                name = node_name[node]  # an input's name; a constant's op's, its var follows
+            else:
+                name = None
+            if name:
+                var_names[v] = name
+    # arguments the outputs do not depend on are still inputs of the file
     for v, node in arg_node.items():
         if v not in var_names:
-            var_names[v] = final_var.get(v) or node_name[node]
-    if keep_var_name >= 1:
-        for v in rec.outputs:
-            if v in final_var:
-                var_names[v] = final_var[v]
+            var_names[v] = (final_var.get(v) if keep_var_name >= 1 else None) or node_name[node]
     return op_names, var_names
