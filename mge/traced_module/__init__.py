@@ -1,6 +1,6 @@
 """``mge.traced_module``: record a Module's forward as a graph of expressions (MegEngine 1.13's
 ``megengine.traced_module``), inspect and modify the graph, and run it."""
-from . import expr, node, pytree
+from . import compat, expr, node, pytree, serialization
 from ._passes import optimize
 from .pytree import register_supported_type
 from .module_tracer import register_as_builtin, wrap

@@ -57,6 +57,10 @@ def is_input(expr):
 
 _next_id = [0]
 
+#: The serialized-expression format version: that of the MegEngine release whose format mge
+#: follows.  Each pickled expression records it; compat loaders upgrade older ones.
+__version__ = "1.13.0"
+
 
 def _graph_id(graph):
     if graph is None:
@@ -101,6 +105,9 @@ class Expr:
 
     def add_inputs(self, args, kwargs=None):
         """Record ``(args, kwargs)``: nodes become inputs, other leaves constants."""
+        for n in self.inputs:
+            if self in n.users:
+                n.users.remove(self)
         leaves, self.arg_def = tree_flatten((tuple(args), dict(kwargs or {})))
         self.inputs, self.const_val = [], []
         for i, v in enumerate(leaves):
@@ -257,7 +264,9 @@ class Expr:
         raise NotImplementedError
 
     def __getstate__(self):
-        return dict(self.__dict__)
+        d = dict(self.__dict__)
+        d["version"] = globals()["__version__"]
+        return d
 
 
 def _make_qualname(expr, node):
@@ -357,6 +366,10 @@ class CallMethod(Expr):
         super().__init__(graph)
         self.method = method
         self._self_node = node
+        if node is not None:  # (arguments after it: ``set_args_kwargs``)
+            self.inputs = [node]
+            self.arg_def = tree_flatten(((node,), {}))[1]
+            node.users.append(self)
 
     @property
     def _support_set_args_kwargs(self):
@@ -437,7 +450,7 @@ class CallFunction(Expr):
         return f"%{self._id}:\t{self._fmt_outputs()}{name}({self._fmt_args()})"
 
     def __getstate__(self):
-        d = dict(self.__dict__)
+        d = super().__getstate__()
         ref = _func_ref(self.func)
         if ref is not None:
             d["func"] = ref
@@ -490,6 +503,21 @@ class Apply(Expr):
     def __init__(self, opdef, graph=None):
         super().__init__(graph)
         self.opdef = opdef
+
+    def __getstate__(self):
+        d = super().__getstate__()
+        from .serialization import _opdef_state
+        state = _opdef_state(self.opdef)
+        if state is not None:
+            d.pop("opdef")
+            d["opdef_state"] = state
+        return d
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        if "opdef_state" in state:
+            from .serialization import _opdef_from_state
+            self.opdef = _opdef_from_state(state["opdef_state"])
 
     def interpret(self, *inputs):
         from mge.core.ops import builtin

@@ -5,7 +5,7 @@ import inspect
 from mge.module import Module
 
 from . import module_tracer as mt
-from .expr import CallFunction, CallMethod, Expr, GetAttr, Input, _get_path
+from .expr import Apply, CallFunction, CallMethod, Expr, GetAttr, Input, _get_path
 from .node import ModuleNode, Node, TensorNode
 from .pytree import tree_flatten
 
@@ -227,6 +227,53 @@ class InternalGraph:
         self._exprs = list(reversed(keep))
         return self
 
+    def _adopt_new_exprs(self):
+        """After loaders ran: expressions they made for inputs go before their users; users
+        lists, producers and names of new nodes are made consistent."""
+        ind = 0
+        while ind < len(self._exprs):
+            expr = self._exprs[ind]
+            inserted = False
+            for n in expr.inputs:
+                if n.expr is not None and n.expr not in self._exprs and \
+                        not isinstance(n.expr, Input):
+                    self._exprs.insert(ind, n.expr)
+                    inserted = True
+            if not inserted:
+                ind += 1
+        for expr in self._exprs:
+            expr._top_graph = self
+            for n in expr.inputs:
+                have, want = n.users.count(expr), expr.inputs.count(n)
+                if want > have:
+                    n.users.extend([expr] * (want - have))
+                for _ in range(have - want):
+                    n.users.remove(expr)
+            for o in expr.outputs:
+                o.expr = expr
+        for n in self.nodes(False):
+            n.users = [e for e in n.users if n in e.inputs]
+        for expr in self._exprs:
+            for o in expr.outputs:
+                if o._top_graph is not self or o._name is None or \
+                        o._name not in self._namespace.used_names:
+                    o._top_graph = self
+                    base = o._name or _default_out_name(expr)
+                    o._name = self._namespace.create_unique_name(base)
+                if not o._qualname or o._qualname.startswith("."):
+                    o._qualname = ""
+                    from .expr import _make_qualname
+                    o._qualname = _make_qualname(expr, o)
+
+    def _reset_ids(self):
+        """Number the expressions and nodes (of sub-graphs too) 0, 1, ... in iteration order."""
+        e_id = n_id = -1
+        for e_id, expr in enumerate(self.exprs()):
+            expr._id = e_id
+        for n_id, node in enumerate(self.nodes()):
+            node._id = n_id
+        self._total_ids[:] = [n_id + 1, e_id + 1]
+
     def add_input_node(self, shape, dtype="float32", name="args"):
         """Append a tensor input (``shape``, ``dtype``) to the graph and return its node."""
         e = Input(TensorNode, name=name, graph=self, shape=shape, dtype=dtype)
@@ -273,6 +320,19 @@ class InternalGraph:
         lines.append(f"\treturn {', '.join(str(o) for o in self._outputs)}")
         lines.append("}")
         return "\n".join(lines)
+
+
+def _default_out_name(expr):
+    from .expr import Apply, Constant
+    if isinstance(expr, Constant):
+        return "const"
+    if isinstance(expr, CallFunction):
+        return getattr(expr.func, "__name__", "func").strip("_") + "_out"
+    if isinstance(expr, CallMethod):
+        return expr.method.strip("_") + "_out"
+    if isinstance(expr, Apply):
+        return type(expr.opdef).__name__.lower() + "_out"
+    return "node"
 
 
 def _signature(mod):
@@ -532,6 +592,23 @@ class TracedModule(Module):
 
     def __setstate__(self, state):
         self.__dict__.update(state)
+        from . import compat  # noqa: F401 (registers the upgrade loaders)
+        from . import serialization as S
+        for graph in self.argdef_graph_map.values():
+            for expr in list(graph._exprs):
+                if isinstance(expr, CallFunction):
+                    S.load_functional(expr)
+                elif isinstance(expr, CallMethod):
+                    if expr.method == "__call__":
+                        S.load_call_module_expr(expr)
+                    else:
+                        S.load_call_tensor_method_expr(expr)
+                elif isinstance(expr, Apply):
+                    S.load_apply_expr(expr)
+        for graph in self.argdef_graph_map.values():
+            graph._adopt_new_exprs()
+        if self.graph is not None:
+            self.graph._reset_ids()
 
     def __repr__(self):
         return f"TracedModule({self._graph_name})"
