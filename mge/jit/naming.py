@@ -190,11 +190,9 @@ def names_for_dump(recording, arg_names, output_names, keep_opr_name, keep_var_n
         consts[v] = ("const", v)
         node_name[("const", v)] = own.get(v) or None  # (unnamed: the graph's default)
         var_name[v] = None
-    op_base = []
     for k, (op, _, outs) in enumerate(ops):
         base = opr_name(op)
         name = scopes[k] + "." + base if scopes[k] else base
-        op_base.append(name)
         node_name[("op", k)] = name
         for j, v in enumerate(outs):
             if own.get(v):
