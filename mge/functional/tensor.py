@@ -8,13 +8,14 @@ from .._core.device import as_device
 from .._core.dtype import canonical
 from .._core.ops.creation import Arange, Eye, Fill, Linspace
 from .._core.ops.misc import Copy
+from .._core.ops.elemwise import ComplexPart, CreateComplex
 from .._core.ops.shape import (
     AddAxis, Broadcast, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
     Roll, Scatter, Split, Stack, Tile, Where,
 )
 from ..core import apply
 from ..tensor import Tensor
-from .utils import _tensor_like
+from .utils import _is_graph_var, _tensor_like
 
 __all__ = [
     "arange", "broadcast_to", "concat", "cond_take", "copy", "diag", "expand_dims", "eye",
@@ -33,8 +34,8 @@ def _int(v, fname, what):
     if type(v) is int:
         return v
     # (a 0-d integer tensor, or a (1,)-shaped one as MegEngine's shape entries may be)
-    if (isinstance(v, (Tensor, np.ndarray)) and (v.ndim == 0 or v.shape == (1,))
-            or isinstance(v, np.integer)):
+    if ((isinstance(v, (Tensor, np.ndarray)) or _is_graph_var(v))
+            and (v.ndim == 0 or v.shape == (1,)) or isinstance(v, np.integer)):
         if np.dtype(v.dtype).kind not in "iu":
             raise TypeError(f"{fname}: {what} must be an integer, got dtype {v.dtype}")
         return int(v.item())
@@ -49,8 +50,8 @@ def _shape(shape, fname, allow_none=False, allow_float=False):
     ``allow_float``: a float shape tensor is taken too when its values are whole numbers (as
     MegEngine's ``Reshape`` kernel takes one, e.g. the output of a float ``matmul``).
     """
-    if isinstance(shape, (Tensor, np.ndarray)):
-        kind = np.dtype(shape.dtype).kind
+    if isinstance(shape, (Tensor, np.ndarray)) or _is_graph_var(shape):  # (a graph var's value
+        kind = np.dtype(shape.dtype).kind                               # is computed now)
         if kind == "f" and allow_float:
             vals = np.asarray(shape).reshape(-1)
             if not np.all(np.isfinite(vals)) or np.any(vals != np.trunc(vals)):
@@ -83,7 +84,7 @@ def _tensor(x, fname, name="inp"):
 
 
 def _number(v, fname, what="value"):
-    if isinstance(v, (Tensor, np.ndarray, np.generic)):
+    if isinstance(v, (Tensor, np.ndarray, np.generic)) or _is_graph_var(v):
         if v.size != 1:
             raise TypeError(f"{fname}: {what} must be a number, got a tensor of shape {v.shape}")
         return v.item()
@@ -516,29 +517,43 @@ def scatter(inp, axis, index, source):
     return apply(Scatter(_int(axis, "scatter", "axis")), inp, _index(index, "scatter"), source)[0]
 
 
-# -- complex numbers (not supported) --------------------------------------------------------------
-def _no_complex(name):
-    raise NotImplementedError(f"{name}: mge has no complex dtypes")
+# -- complex numbers ------------------------------------------------------------------------------
+def _float_part(x, fname, name):
+    x = _tensor(x, fname, name)
+    if x.dtype.kind != "f":
+        raise TypeError(f"{fname}: {name} must be a float tensor, got dtype {x.dtype}")
+    return x
 
 
 def complex(real, imag):
-    """Not supported: mge has no complex dtypes.  Signature: ``complex(real, imag)``."""
-    _no_complex("complex")
+    """A complex64 tensor ``real + 1j * imag`` (numpy broadcasting of the two float parts).
+
+    Signature: ``complex(real, imag)``.
+    """
+    real = _float_part(real, "complex", "real")
+    imag = _float_part(imag, "complex", "imag")
+    return apply(CreateComplex(), real, imag)[0]
 
 
 def real(complex):
-    """Not supported: mge has no complex dtypes.  Signature: ``real(complex)``."""
-    _no_complex("real")
+    """The real part of a complex tensor, as float32.  Signature: ``real(complex)``."""
+    return apply(ComplexPart.get("real"), _tensor(complex, "real", "complex"))[0]
 
 
 def imag(complex):
-    """Not supported: mge has no complex dtypes.  Signature: ``imag(complex)``."""
-    _no_complex("imag")
+    """The imaginary part of a complex tensor, as float32.  Signature: ``imag(complex)``."""
+    return apply(ComplexPart.get("imag"), _tensor(complex, "imag", "complex"))[0]
 
 
 def polar(abs, angle):
-    """Not supported: mge has no complex dtypes.  Signature: ``polar(abs, angle)``."""
-    _no_complex("polar")
+    """The complex tensor ``abs * (cos(angle) + 1j * sin(angle))`` (float ``abs`` and ``angle``).
+
+    Signature: ``polar(abs, angle)``.
+    """
+    from .elemwise import cos, sin
+    abs = _float_part(abs, "polar", "abs")
+    angle = _float_part(angle, "polar", "angle")
+    return apply(CreateComplex(), abs * cos(angle), abs * sin(angle))[0]
 
 
 from .math import cumsum  # noqa: E402,F401  (MegEngine defines it in functional.tensor)

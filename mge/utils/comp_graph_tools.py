@@ -277,7 +277,7 @@ def find_vars_by_name(dst, names):
 
 def convert_inputs(dst, inputs=None):
     """Replace the ``Host2DeviceCopy`` inputs (or ``inputs``) of the graph of ``dst`` by
-    ``InputNode``s; returns ``(new dst vars, {input name: InputNode})``."""
+    ``InputNode`` objects; returns ``(new dst vars, {input name: InputNode})``."""
     dst = [_graph_var(v, "convert_inputs") for v in dst]
     if inputs is None:
         inputs = get_dep_vars(dst, "Host2DeviceCopy")

@@ -39,7 +39,7 @@ logger = logging.getLogger(__name__)
 class Network:
     """A computing graph as network nodes: see the module's docstring.
 
-    Attributes: ``input_vars`` and ``output_vars`` (network ``VarNode``s), ``graph`` (the
+    Attributes: ``input_vars`` and ``output_vars`` (network ``VarNode`` objects), ``graph`` (the
     ``megbrain_graph.Graph``), ``all_oprs``/``all_vars`` (what the outputs depend on, in an
     execution order) and ``metadata``.
     """

@@ -383,6 +383,12 @@ def _make_const(graph, data, dtype, device, name, kind="const"):
     return opr.outputs[0]
 
 
+def _const_like(ref, value):
+    """A constant of ``ref``'s graph holding ``value`` (a tensor), wrapped as ``ref`` is."""
+    raw = _make_const(_raw(ref).graph, value, None, None, None)
+    return type(ref)._from_graph_var(raw)
+
+
 def _op_label(op):
     try:
         return op.name
@@ -418,6 +424,10 @@ def _infer(op, inputs):
 
 
 def _add_op(graph, op, raws, name=None):
+    devices = {str(v.device) for v in raws}
+    if len(devices) > 1 and not getattr(type(op), "sets_device", False):
+        raise RuntimeError(f"graph: op {_op_label(op)} takes inputs on different devices "
+                           f"({', '.join(sorted(devices))}); copy them to one device first")
     opr = graph._new_opr("op", mgb_type(op), op, raws, _infer(op, raws), name=name)
     return opr.outputs
 
@@ -708,6 +718,7 @@ class VarNode:
                         "graph runs)")
 
     __hash__ = object.__hash__
+    __array_ufunc__ = None  # numpy defers to the operators below (``array - var`` is a var)
 
     # -- array methods (each builds operators through mge's functions) ------------------------
     def _F(self):
@@ -749,7 +760,6 @@ class VarNode:
     def __lshift__(self, o): return self._F().left_shift(self, o)
     def __rshift__(self, o): return self._F().right_shift(self, o)
     def __round__(self, ndigits=None): return self._F().round(self)
-    def __trunc__(self): return self._F().trunc(self)
     def __floor__(self): return self._F().floor(self)
     def __ceil__(self): return self._F().ceil(self)
 
@@ -763,8 +773,8 @@ class VarNode:
         return _getitem(self, index)
 
     def reshape(self, *shape):
-        """Reshape (``F.reshape``)."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        """Reshape (``F.reshape``; the shape may be a var or a tensor)."""
+        if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
         return self._F().reshape(self, shape)
 
@@ -819,7 +829,7 @@ class VarNode:
 
     def broadcast(self, *shape):
         """Broadcast to ``shape`` (``F.broadcast_to``)."""
-        if len(shape) == 1 and isinstance(shape[0], (tuple, list)):
+        if len(shape) == 1 and not isinstance(shape[0], int):
             shape = shape[0]
         return self._F().broadcast_to(self, shape)
 
@@ -857,7 +867,7 @@ def _getitem(x, index):
 
 class OpNode:
     """An operator of a graph (MegEngine's ``megbrain_graph.OpNode``): ``graph``, ``name``
-    (settable), ``id``, ``type`` (MegBrain's name), ``inputs``/``outputs`` (``VarNode``s),
+    (settable), ``id``, ``type`` (MegBrain's name), ``inputs``/``outputs`` (``VarNode`` objects),
     ``params`` (a dict) and ``opdef`` (the mge op it applies, or ``None``)."""
 
     def __init__(self, node):
@@ -889,12 +899,12 @@ class OpNode:
 
     @property
     def inputs(self):
-        """The input vars (``VarNode``s)."""
+        """The input vars (``VarNode`` objects)."""
         return tuple(map(self._node.graph._wrap, self._node.inputs))
 
     @property
     def outputs(self):
-        """The output vars (``VarNode``s)."""
+        """The output vars (``VarNode`` objects)."""
         return tuple(map(self._node.graph._wrap, self._node.outputs))
 
     @property
@@ -1170,7 +1180,7 @@ def modify_opr_algo_strategy_inplace(dest_vars, strategy):
 
 def apply_normal_varnode(op, *args):
     """Add the operator ``op`` (an mge op or one of ``mge.core.ops.builtin``) on the vars
-    ``args``; returns its output vars (``VarNode``s)."""
+    ``args``; returns its output vars (``VarNode`` objects)."""
     out = _graph_apply(op, args)
     return [VarNode(_raw(v)) if not type(v) is VarNode else v for v in out]
 
@@ -1224,7 +1234,7 @@ def dump_graph(output_vars, *, keep_var_name=1, keep_opr_name=False, keep_param_
     which names them) in mge's model format (``mge.jit.dump``); returns ``(bytes,
     CompGraphDumpResult)``.
 
-    ``Host2DeviceCopy`` vars and ``InputNode``s are the model's inputs (named by their vars),
+    ``Host2DeviceCopy`` vars and ``InputNode`` objects are the model's inputs (named by their vars),
     ``ImmutableTensor``/``SharedDeviceTensor`` vars its constants; the outputs keep their names.
     ``keep_var_name`` (0: none, 1: the outputs', 2: all), ``keep_opr_name``,
     ``keep_param_name`` and ``keep_opr_priority`` choose which names and priorities the file

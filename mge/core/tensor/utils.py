@@ -120,11 +120,37 @@ def astype(x, dtype):
     return x
 
 
+def _graph_var(x):
+    from ...functional.utils import _is_graph_var
+    return _is_graph_var(x)
+
+
+def _graph_tensor1d(x, ref, dtype, device):
+    # astensor1d for graphs: constants of ref's graph, graph vars concatenated as they are
+    from .megbrain_graph import _const_like
+    items = list(x) if isinstance(x, (list, tuple)) else None
+    if items is None or not any(_graph_var(v) or isinstance(v, Tensor) for v in items):
+        return _const_like(ref, astensor1d(x, dtype=dtype, device=device))
+    from ... import functional as F
+    parts = []
+    for v in items:
+        if not _graph_var(v):
+            v = _const_like(ref, convert_single_value(v, dtype=dtype, device=device))
+        parts.append(v.reshape(1) if v.ndim == 0 else v)
+    out = F.concat(parts)
+    return out.astype(dtype) if dtype is not None else out
+
+
 def astensor1d(x, *reference, dtype=None, device=None):
     """``x`` as a 1-d tensor: a sequence of numbers and/or one-element tensors, a numpy array, or
     a tensor (returned as it is).  ``reference`` tensors give the device when ``device`` is None."""
-    if isinstance(x, Tensor):
+    if isinstance(x, Tensor) or _graph_var(x):
         return x
+    graph_ref = next((r for r in reference if _graph_var(r)), None)
+    if graph_ref is None and isinstance(x, (list, tuple)):
+        graph_ref = next((v for v in x if _graph_var(v)), None)
+    if graph_ref is not None:  # a var of a graph (megbrain_graph): a var of that graph
+        return _graph_tensor1d(x, graph_ref, dtype, device or graph_ref.device)
     if device is None:
         device = get_device(*reference) if reference else None
     if isinstance(x, np.ndarray):
