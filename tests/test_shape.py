@@ -325,9 +325,42 @@ def test_copy():
     check(F.copy(x, "cpu0"), a)
 
 
-def test_complex_not_supported():
-    with pytest.raises(NotImplementedError, match="complex"):
-        F.tensor.real(mge.tensor(1.0))
+def test_complex_tensors():
+    # MegEngine's complex64 tensors: made from float parts, moved by shape and indexing ops,
+    # added and multiplied, taken apart by real/imag; other ops refuse them (RuntimeError too)
+    from mge.core._imperative_rt.core2 import create_complex, get_imag, get_real
+    rng = np.random.RandomState(0)
+    re_, im_ = rng.rand(2, 3).astype("float32"), rng.rand(2, 3).astype("float32")
+    ref = re_ + 1j * im_
+    z = F.complex(mge.tensor(re_), mge.tensor(im_))
+    assert z.dtype == np.complex64 and z.numpy().dtype == np.complex64
+    np.testing.assert_array_equal(z.numpy(), ref.astype(np.complex64))
+    np.testing.assert_array_equal(create_complex(mge.tensor(re_), mge.tensor(im_)).numpy(),
+                                  z.numpy())
+    np.testing.assert_array_equal(F.real(z).numpy(), re_)
+    np.testing.assert_array_equal(get_imag(z).numpy(), im_)
+    assert F.imag(z).dtype == np.float32 and get_real(z).dtype == np.float32
+    np.testing.assert_allclose((z * z + z - z).numpy(), ref * ref, rtol=1e-6)
+    np.testing.assert_allclose((z * mge.tensor(re_)).numpy(), ref * re_, rtol=1e-6)
+    np.testing.assert_array_equal(z.reshape(3, 2).numpy(), ref.reshape(3, 2).astype("complex64"))
+    np.testing.assert_array_equal(z[1, ::2].numpy(), ref[1, ::2].astype("complex64"))
+    np.testing.assert_array_equal(F.concat([z, z.T.T]).numpy(),
+                                  np.concatenate([ref, ref]).astype("complex64"))
+    np.testing.assert_array_equal(F.broadcast_to(z[:1], (4, 3)).numpy(),
+                                  np.broadcast_to(ref[:1], (4, 3)).astype("complex64"))
+    r, a = rng.rand(4).astype("float32"), rng.rand(4).astype("float32") * 6
+    np.testing.assert_allclose(F.polar(mge.tensor(r), mge.tensor(a)).numpy(),
+                               r * np.cos(a) + 1j * r * np.sin(a), rtol=1e-5, atol=1e-6)
+    c = mge.tensor(np.array([1 + 2j, 3 - 1j], np.complex64))  # from complex64 data
+    assert c.dtype == np.complex64
+    for bad in (lambda: F.sum(z), lambda: F.exp(z), lambda: F.abs(z), lambda: z.astype("float32"),
+                lambda: F.matmul(z, z.T), lambda: F.relu(z)):
+        with pytest.raises(RuntimeError, match="complex"):
+            bad()
+    with pytest.raises(TypeError, match="complex tensor"):
+        F.real(mge.tensor(1.0))
+    with pytest.raises(TypeError, match="float tensor"):
+        F.complex(mge.tensor([1, 2]), mge.tensor([1.0, 2.0]))
 
 
 @settings(max_examples=25, deadline=None)

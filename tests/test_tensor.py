@@ -26,8 +26,9 @@ def test_explicit_dtype_and_float64_when_asked():
     assert Tensor([1, 2], dtype="float32").dtype == np.float32
     assert Tensor([1, 2], dtype=np.float16).dtype == np.float16
     assert Tensor([1.5], dtype="float64").dtype == np.float64  # documented mge extension
+    assert Tensor([1], dtype="complex64").dtype == np.complex64  # MegEngine's one complex dtype
     with pytest.raises(TypeError, match="unsupported dtype"):
-        Tensor([1], dtype="complex64")
+        Tensor([1], dtype="complex128")
     with pytest.raises(TypeError):
         Tensor(["a", "b"])
 

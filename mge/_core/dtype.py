@@ -29,7 +29,9 @@ bool_ = np.dtype("bool")
 _cache = {}
 
 
-_KINDS = "mge tensors hold bool, integer or float (bfloat16 too) data of at most 64 bits"
+_KINDS = ("mge tensors hold bool, integer or float (bfloat16 too) data of at most 64 bits, or "
+          "complex64")
+complex64 = np.dtype("complex64")
 
 
 def is_bfloat16(d):
@@ -40,7 +42,18 @@ def is_bfloat16(d):
 
 def _holds(d):
     """Whether a tensor can hold data of the native-endian dtype ``d``."""
-    return (d.kind in "biuf" and d.itemsize <= 8) or is_bfloat16(d)
+    if d.kind in "biuf":
+        return d.itemsize <= 8
+    if d == complex64:
+        _complex_seen()
+        return True
+    return is_bfloat16(d)
+
+
+def _complex_seen():
+    # The first complex64 value: from now on the ops that cannot take one refuse it (ops.base).
+    from .ops import base
+    base.guard_complex()
 
 
 def storable(d):
@@ -134,7 +147,9 @@ def common_dtype(dtypes):
     for x in dtypes[1:]:
         if x != d:
             d = np.promote_types(d, x)
-    if d == np.float64 and all(x != np.float64 for x in dtypes):
+    if d.kind == "c":
+        d = complex64  # the one complex dtype a tensor holds (int32 with complex64 is complex128)
+    elif d == np.float64 and all(x != np.float64 for x in dtypes):
         d = float32  # e.g. int32 with float16 gives float64 in numpy; MegEngine says float32
     elif d == float16 and kinds != {"f"}:
         d = float32  # float16 with int8/uint8 is float16 in numpy; MegEngine says float32
@@ -198,9 +213,10 @@ def promote_args(tensor_dtypes, others, name="apply"):
             except (TypeError, ValueError) as e:
                 raise TypeError(f"{name}: cannot take an operand of type {type(v).__name__}: {e}") from None
             d = storable(a.dtype)
-            if d is None:
+            if d is None or d.kind == "c":  # complex data comes in as a tensor only
                 raise TypeError(f"{name}: an operand of type {type(v).__name__} (numpy dtype {a.dtype}) "
-                                f"is not supported: {_KINDS}")
+                                f"is not supported: {_KINDS}" + ("" if d is None else
+                                " (complex data as an operand: make it a Tensor first)"))
             tensor_dtypes = tensor_dtypes + [d] if isinstance(tensor_dtypes, list) else list(tensor_dtypes) + [d]
     if tensor_dtypes:
         d = tensor_dtypes[0]

@@ -18,6 +18,7 @@ class Assign(OpDef):
     """``(target, value)`` -> the target's old value; the target takes ``value``'s value."""
 
     long_running = False
+    complex_ok = True
 
 
 @def_infer(Assign)

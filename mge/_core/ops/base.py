@@ -66,6 +66,9 @@ class OpDef:
       the program is recompiled with the new op instead of raising ``TraceError``.
     * ``seeded`` -- the op has a ``seed`` parameter that every call draws anew (random numbers):
       a replaying ``jit.trace`` takes each call's seed without recompiling (``reseeded``).
+    * ``complex_ok`` -- the op's rule takes complex64 inputs (moving data: reshapes, indexing,
+      copies; the elementwise modes that check themselves).  The rule of any other op refuses
+      them with a ``TypeError`` naming the op, before a kernel could misread the data.
     """
 
     _fields = ()
@@ -75,6 +78,7 @@ class OpDef:
     never_recompute = False
     trace_parameters = False
     seeded = False
+    complex_ok = False
 
     @classmethod
     def get(cls, *args):
@@ -194,11 +198,46 @@ def _freeze(v):
 
 
 def def_infer(cls):
-    """Decorator: register ``fn(op, descs) -> list[TensorDesc]`` as the shape/dtype rule of ``cls``."""
+    """Decorator: register ``fn(op, descs) -> list[TensorDesc]`` as the shape/dtype rule of ``cls``.
+
+    Unless ``cls.complex_ok``, the rule refuses complex inputs (``TypeError``) once complex tensors
+    exist (``guard_complex``).
+    """
     def deco(fn):
-        INFER[cls] = fn
+        INFER[cls] = _refusing_complex(fn) if _COMPLEX_GUARD[0] and not cls.complex_ok else fn
         return fn
     return deco
+
+
+# Whether the rules refuse complex inputs: off until the first complex64 value appears, so that
+# programs without complex tensors pay nothing for the check.
+_COMPLEX_GUARD = [False]
+
+
+def guard_complex():
+    """Make every rule of an op that is not ``complex_ok`` refuse complex inputs (called when the
+    first complex64 value is made: a tensor, an ``astype``, ``F.complex``)."""
+    if _COMPLEX_GUARD[0]:
+        return
+    _COMPLEX_GUARD[0] = True
+    for cls, fn in list(INFER.items()):
+        if not cls.complex_ok and not hasattr(fn, "__wrapped__"):
+            INFER[cls] = _refusing_complex(fn)
+
+
+def _refusing_complex(fn):
+    def rule(op, descs):
+        for d in descs:
+            dt = d[1]
+            if dt is not None and dt.kind == "c":
+                raise op_error(TypeError, op, "does not take complex inputs (complex tensors "
+                               "support reshapes, indexing, add/sub/mul/neg, F.real and F.imag)",
+                               descs)
+        return fn(op, descs)
+    rule.__name__ = getattr(fn, "__name__", "rule")
+    rule.__doc__ = fn.__doc__
+    rule.__wrapped__ = fn
+    return rule
 
 
 class OpValueError(ValueError, RuntimeError):

@@ -10,10 +10,10 @@ cannot disagree.  The backward rules are in ``autodiff/rules/elemwise.py``.
 """
 import numpy as np
 
-from .base import OpDef, TensorDesc, def_infer, op_error
+from .base import OpDef, TensorDesc, def_infer, guard_complex, op_error
 
-__all__ = ["Elemwise", "TypeCvt", "ELEMWISE_MODES", "ELEMWISE_ARITY", "broadcast_shapes",
-           "elemwise_op"]
+__all__ = ["Elemwise", "TypeCvt", "CreateComplex", "ComplexPart", "ELEMWISE_MODES",
+           "ELEMWISE_ARITY", "broadcast_shapes", "elemwise_op"]
 
 # Modes whose output dtype is that of a numpy ufunc applied to the inputs: the ufunc that computes
 # the mode, or for a custom mode one that resolves dtypes as the mode's kernel does.
@@ -70,6 +70,9 @@ _FLOAT_ONLY = frozenset(["exp", "expm1", "log", "log1p", "sqrt", "rsqrt", "sin",
                          "softplus_grad", "gelu_grad", "silu_grad", "asinh_grad", "acosh_grad",
                          "atanh_grad"])
 _INT_ONLY = frozenset(["shl", "shr", "bit_and", "bit_or", "bit_xor", "bit_not"])
+# Modes that take complex64 inputs (numpy computes them exactly in complex64).
+_COMPLEX_OK = frozenset(["add", "sub", "mul", "neg", "eq", "neq"])
+_complex64 = np.dtype("complex64")
 
 
 class Elemwise(OpDef):
@@ -77,6 +80,7 @@ class Elemwise(OpDef):
 
     _fields = ("mode",)
     long_running = False
+    complex_ok = True
 
     def __init__(self, mode):
         mode = mode.lower() if isinstance(mode, str) else mode
@@ -95,6 +99,7 @@ class TypeCvt(OpDef):
 
     _fields = ("dtype",)
     long_running = False
+    complex_ok = True
 
 
 _dtype_cache = {}
@@ -132,6 +137,9 @@ def _out_dtype(op, descs):
         raise op_error(TypeError, op, f"mode {mode!r} does not support bool inputs", descs)
     if mode in _INT_ONLY and not kinds <= {"i", "u"}:
         raise op_error(TypeError, op, f"mode {mode!r} needs integer inputs", descs)
+    if "c" in kinds and mode not in _COMPLEX_OK:
+        raise op_error(TypeError, op, f"mode {mode!r} does not take complex inputs (complex "
+                       f"tensors support {', '.join(sorted(_COMPLEX_OK))})", descs)
     keeps = _KEEPS.get(mode)
     if keeps is not None:
         out = descs[keeps[1]][1]
@@ -176,4 +184,49 @@ def _infer_elemwise(op, descs):
 def _infer_typecvt(op, descs):
     if len(descs) != 1:
         raise op_error(TypeError, op, f"expects 1 input, got {len(descs)}", descs)
+    if descs[0][1].kind == "c" and op.dtype.kind != "c":
+        raise op_error(TypeError, op, f"cannot convert a complex tensor to {op.dtype}: take "
+                       "F.real or F.imag of it", descs)
     return [TensorDesc(descs[0][0], op.dtype)]
+
+
+class CreateComplex(OpDef):
+    """``(real, imag) -> real + 1j * imag``: a complex64 tensor from two float tensors (numpy
+    broadcasting), MegEngine's ``create_complex``."""
+
+    long_running = False
+    complex_ok = True  # it checks its inputs itself
+
+
+class ComplexPart(OpDef):
+    """The real (``part="real"``) or imaginary (``part="imag"``) part of a complex64 tensor, as
+    float32 (MegEngine's ``get_real``/``get_imag``)."""
+
+    _fields = ("part",)
+    long_running = False
+    complex_ok = True
+
+    def __init__(self, part):
+        if part not in ("real", "imag"):
+            raise ValueError(f"ComplexPart: part must be 'real' or 'imag', got {part!r}")
+        super().__init__(part)
+
+
+@def_infer(CreateComplex)
+def _infer_create_complex(op, descs):
+    if len(descs) != 2:
+        raise op_error(TypeError, op, f"expects 2 inputs (real, imag), got {len(descs)}", descs)
+    if any(d[1].kind != "f" for d in descs):
+        raise op_error(TypeError, op, "the real and imaginary parts must be float tensors", descs)
+    guard_complex()  # complex values exist from now on
+    shape = descs[0][0] if descs[0][0] == descs[1][0] else broadcast_shapes(op, descs)
+    return [TensorDesc(shape, _complex64)]
+
+
+@def_infer(ComplexPart)
+def _infer_complex_part(op, descs):
+    if len(descs) != 1:
+        raise op_error(TypeError, op, f"expects 1 input, got {len(descs)}", descs)
+    if descs[0][1].kind != "c":
+        raise op_error(TypeError, op, f"takes a complex tensor, got {descs[0][1]}", descs)
+    return [TensorDesc(descs[0][0], np.dtype("float32"))]

@@ -35,6 +35,7 @@ class Subtensor(OpDef):
 
     _fields = ("items",)
     long_running = False
+    complex_ok = True
 
 
 class SetSubtensor(OpDef):
@@ -42,6 +43,7 @@ class SetSubtensor(OpDef):
 
     _fields = ("items",)
     long_running = False
+    complex_ok = True
 
 
 class IndexingMultiAxisVec(OpDef):
@@ -49,6 +51,7 @@ class IndexingMultiAxisVec(OpDef):
 
     _fields = ("items",)
     long_running = False
+    complex_ok = True
 
 
 class IndexingSetMultiAxisVec(OpDef):
@@ -56,6 +59,7 @@ class IndexingSetMultiAxisVec(OpDef):
 
     _fields = ("items",)
     long_running = False
+    complex_ok = True
 
 
 class IndexingIncrMultiAxisVec(OpDef):

@@ -10,12 +10,14 @@ class Identity(OpDef):
     """Returns its input unchanged (the storage is shared; storage is never written in place)."""
 
     long_running = False
+    complex_ok = True
 
 
 class Detach(OpDef):
     """Like ``Identity``, but autodiff does not look through it."""
 
     long_running = False
+    complex_ok = True
 
 
 class Copy(OpDef):
@@ -24,6 +26,7 @@ class Copy(OpDef):
     _fields = ("device",)
     sets_device = True
     long_running = False
+    complex_ok = True
 
 
 def _same(op, descs):

@@ -36,6 +36,7 @@ class Reshape(OpDef):
 
     _fields = ("shape",)
     long_running = False
+    complex_ok = True
 
 
 class Broadcast(OpDef):
@@ -43,6 +44,7 @@ class Broadcast(OpDef):
 
     _fields = ("shape",)
     long_running = False
+    complex_ok = True
 
 
 class Dimshuffle(OpDef):
@@ -50,6 +52,7 @@ class Dimshuffle(OpDef):
 
     _fields = ("pattern",)
     long_running = False
+    complex_ok = True
 
 
 class AddAxis(OpDef):
@@ -57,6 +60,7 @@ class AddAxis(OpDef):
 
     _fields = ("axis",)
     long_running = False
+    complex_ok = True
 
 
 class RemoveAxis(OpDef):
@@ -64,6 +68,7 @@ class RemoveAxis(OpDef):
 
     _fields = ("axis",)
     long_running = False
+    complex_ok = True
 
 
 class Concat(OpDef):
@@ -71,6 +76,7 @@ class Concat(OpDef):
 
     _fields = ("axis",)
     long_running = False
+    complex_ok = True
 
 
 class Stack(OpDef):
@@ -78,6 +84,7 @@ class Stack(OpDef):
 
     _fields = ("axis",)
     long_running = False
+    complex_ok = True
 
 
 class Split(OpDef):
@@ -85,6 +92,7 @@ class Split(OpDef):
 
     _fields = ("axis", "sections")
     long_running = False
+    complex_ok = True
 
 
 class Tile(OpDef):

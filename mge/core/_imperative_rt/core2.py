@@ -158,9 +158,9 @@ def get_device(*args):
 
 
 def create_complex(real, imag):
-    """MegEngine's complex tensors: mge has no complex dtype, so this raises ``TypeError``."""
-    raise TypeError("mge tensors hold bool, integer or float data; complex tensors are not "
-                    "supported (docs/differences.rst)")
+    """A complex64 tensor ``real + 1j * imag`` from two float tensors (``F.complex``)."""
+    from ...functional.tensor import complex as _complex
+    return _complex(real, imag)
 
 
 _ = _trace_option
@@ -388,13 +388,15 @@ def is_external_convert():
 
 
 def get_real(x):
-    """MegEngine's complex tensors: mge has no complex dtype, so this raises ``TypeError``."""
-    raise TypeError("mge has no complex tensors (docs/differences.rst)")
+    """The real part of a complex tensor, as float32 (``F.real``)."""
+    from ...functional.tensor import real as _real
+    return _real(x)
 
 
 def get_imag(x):
-    """MegEngine's complex tensors: mge has no complex dtype, so this raises ``TypeError``."""
-    raise TypeError("mge has no complex tensors (docs/differences.rst)")
+    """The imaginary part of a complex tensor, as float32 (``F.imag``)."""
+    from ...functional.tensor import imag as _imag
+    return _imag(x)
 
 
 __all__ += ["backward", "get_backward_closure", "set_grad", "get_grad_key", "is_grad_attached",

@@ -1,4 +1,4 @@
-"""CPU kernels of ``Elemwise`` and ``TypeCvt``.
+"""CPU kernels of ``Elemwise``, ``TypeCvt`` and the complex ops (``CreateComplex``, ``ComplexPart``).
 
 Every mode's kernel is one line in ``_CPU``; ``Elemwise``'s kernel looks the mode up there.  Each
 kernel returns the dtype the op's rule declares (``ops/elemwise.py`` describes it; the two are
@@ -10,7 +10,7 @@ import math
 import numpy as np
 
 from .... import _accel
-from ....ops.elemwise import Elemwise, TypeCvt
+from ....ops.elemwise import ComplexPart, CreateComplex, Elemwise, TypeCvt
 from ..table import def_inplace, def_kernel
 
 _C_LOOPS = _accel.load("mge._core.device.cpu.handoff").CPU  # C loops without numpy's temporaries
@@ -217,3 +217,18 @@ def _cpu_elemwise_inplace(op, arrays, k):
 @def_kernel(TypeCvt)
 def _cpu_typecvt(op, x):
     return (x.astype(op.dtype),)
+
+
+@def_kernel(CreateComplex)
+def _cpu_create_complex(op, real, imag):
+    shape = np.broadcast_shapes(real.shape, imag.shape)
+    out = np.empty(shape, np.complex64)
+    out.real = real
+    out.imag = imag
+    return (out,)
+
+
+@def_kernel(ComplexPart)
+def _cpu_complex_part(op, x):
+    part = x.real if op.part == "real" else x.imag
+    return (np.array(part, dtype=np.float32, order="C"),)
