@@ -25,7 +25,7 @@ import numpy as np
 from .._core.ops.creation import Fill
 from .._core.ops.elemwise import Elemwise
 
-__all__ = ["simplify"]
+__all__ = ["simplify", "renamed"]
 
 
 def simplify(ops, keep, descs, known, alias):
@@ -37,10 +37,7 @@ def simplify(ops, keep, descs, known, alias):
     producer = {}
     kept = []
     for k in keep:
-        op, ins, outs = ops[k]
-        if alias:
-            ins = tuple([alias.get(v, v) for v in ins])
-            ops[k] = (op, ins, outs)
+        op, ins, outs = renamed(ops, k, alias)
         new = _rewrite(op, ins, outs, descs, known, producer, ops) if type(op) is Elemwise else None
         if new is not None:
             if type(new) is int:  # the output is an existing value
@@ -51,6 +48,14 @@ def simplify(ops, keep, descs, known, alias):
             producer[v] = k
         kept.append(k)
     return kept
+
+
+def renamed(ops, k, alias):
+    """``ops[k]`` with its inputs renamed by ``alias`` (var -> var), stored back; returns it."""
+    if alias:
+        op, ins, outs = ops[k]
+        ops[k] = (op, tuple([alias.get(v, v) for v in ins]), outs)
+    return ops[k]
 
 
 def _rewrite(op, ins, outs, descs, known, producer, ops):

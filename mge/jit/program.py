@@ -255,10 +255,7 @@ def _merge_common(ops, keep):
     seen = {}
     kept = []
     for k in keep:
-        op, ins, outs = ops[k]
-        if alias:
-            ins = tuple([alias.get(v, v) for v in ins])
-            ops[k] = (op, ins, outs)
+        op, ins, outs = _arith.renamed(ops, k, alias)
         if not op.never_recompute:
             key = (op, ins)
             try:
