@@ -160,7 +160,8 @@ class Scope:
             if node.shape is None:
                 raise ValueError(f"node {node} has no recorded shape to stand in for it")
             from mge.tensor import Tensor
-            t = Tensor(np.zeros(node.shape, dtype=node.dtype or "float32"))
+            # (ones: a placeholder divided by or logged gives no warnings)
+            t = Tensor(np.ones(node.shape, dtype=node.dtype or "float32"))
             self.bind(t, node)
         return t
 

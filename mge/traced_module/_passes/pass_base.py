@@ -161,20 +161,24 @@ class BackwardPass(BasePass):
         done, done_graphs = set(), set()
         while queue:
             expr = queue.pop()
-            if expr not in graph._exprs:
+            if expr is None or expr in done:
                 continue
-            new = self.run_transform(expr)
-            if new is not expr:
-                changed = True
-                queue.append(new)
-                continue
+            if expr in graph._exprs:
+                new = self.run_transform(expr)
+                if new is not expr:
+                    changed = True
+                    queue.append(new)
+                    continue
+                if expr not in graph._exprs:
+                    # the transform removed it (an identity fold): what fed it is visited next
+                    changed = True
+                else:
+                    sub = _sub_graph(expr)
+                    if sub is not None and sub not in done_graphs:
+                        changed |= self.visit_graph(sub)
+                        done_graphs.add(sub)
             done.add(expr)
-            sub = _sub_graph(expr)
-            if sub is not None and sub not in done_graphs:
-                changed |= self.visit_graph(sub)
-                done_graphs.add(sub)
             for i in expr.inputs:
-                e = i.expr
-                if e not in queue and e not in done:
-                    queue.append(e)
+                if i.expr is not None and i.expr not in done:
+                    queue.append(i.expr)
         return changed
