@@ -359,7 +359,8 @@ def _is_builtin_module(m):
     if getattr(t, "argdef_graph_map", None) is not None or hasattr(m, "argdef_graph_map"):
         return False
     mod = t.__module__ or ""
-    if mod.startswith(_BUILTIN_MODULE_PREFIXES) and t is not Module:
+    from mge.module import Sequential
+    if mod.startswith(_BUILTIN_MODULE_PREFIXES) and t not in (Module, Sequential):
         return True
     # observers and fake quantizers are opaque even when user-defined (a QAT module being
     # traced has its user-defined ones swapped for a fixed-qparams FakeQuantize first)
@@ -416,6 +417,10 @@ def _module_call_wrapper(orig_call):
         base = mnode.name
         expr = CallMethod(mnode, "__call__", graph=scope.graph)
         if _is_builtin_module(self):
+            from mge.module.qat.module import QATModule
+            if isinstance(self, QATModule):
+                with paused():
+                    check_qat_module(self)
             return _record(expr, lambda m, *a, **k: orig_call(m, *a, **k), (self,) + args,
                            kwargs, base, self_node=mnode)
         from .traced_module import trace_user_module
