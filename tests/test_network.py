@@ -105,9 +105,11 @@ def test_unused_inputs_stay_model_inputs():
     a, b = np.array([1.0, 2.0], "float32"), np.array([3.0, 4.0], "float32")
     net = Network.load(_model(lambda x, y: x * 2, a, b, arg_names=["a", "b"]))
     assert [v.name for v in net.input_vars] == ["a", "b"]
+    # an output the user did not name is named after its op, as in MegEngine
+    assert [v.name for v in net.output_vars] == ["MUL"]
     g = GraphInference(_dump(net))
     res = g.run(inp_dict={"a": a, "b": b})
-    np.testing.assert_equal(res["output_0"], a * 2)
+    np.testing.assert_equal(res["MUL"], a * 2)
     with pytest.raises(AssertionError, match="expects inputs"):
         g.run(inp_dict={"a": a})
 
@@ -153,14 +155,14 @@ def test_query_a_conv_model_with_names():
 
 def test_reset_batch_size_and_rename():
     x = rng.rand(3, 2).astype("float32")
-    net = Network.load(_model(lambda v: F.exp(v), x, arg_names=["a"]))
+    net = Network.load(_model(lambda v: F.exp(v), x, arg_names=["a"], output_names=["y"]))
     net.reset_batch_size(1)
     net.modify_opr_names("net")
     net2 = Network.load(_dump(net, optimize_for_inference=False))
     dp = net2.data_providers_filter.as_unique()
     assert dp.shape == (1, 2) and dp.name == "net.a"
     res = GraphInference(_dump(net2)).run(x[:1])
-    np.testing.assert_allclose(res["output_0"], np.exp(x[:1]), rtol=1e-6)
+    np.testing.assert_allclose(res["y"], np.exp(x[:1]), rtol=1e-6)
 
 
 def test_float16_inference_option():

@@ -388,9 +388,15 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
         constants.append({"var": number[v], "entry": entry})
     op_names, var_names = _trace_names(rec, arg_names, output_names, keep_opr_name,
                                        keep_var_name)
+    try:  # the inputs of commutative ops in the order MegBrain's graph holds them
+        from .naming import graph_inputs
+    except ImportError:
+        graph_inputs = None
     ops = []
     for k in keep:
         op, ins, outs = rec.ops[k]
+        if graph_inputs is not None:
+            ins = graph_inputs(rec, k)
         name = _op_type_name(op)
         where = f"save: op #{k} ({op.name}, {name})"
         if not _MODULE.match(type(op).__module__ or "") or "<" in type(op).__qualname__:
@@ -530,6 +536,7 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     for k in ignored:
         if k not in _DUMP_IGNORED and not k.startswith("enable_"):
             raise TypeError(f"trace.dump() got an unexpected keyword argument {k!r}")
+    given_outputs = output_names or None
     rec, names, output_names, out_tree = dump_names(traced, arg_names, output_names)
     _check_inference(rec)
     if fmt != "mge":
@@ -543,9 +550,27 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
             options.append("enable_fuse_grain")
         metadata = {"graph_modified": False, "optimized_for_inference": optimized,
                     "optimize_options": options}
-    return save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
-                append=append, keep_opr_name=keep_opr_name, keep_var_name=keep_var_name,
-                metadata=metadata)
+    # what the user asked for, for mge.jit.naming (MegEngine names unnamed outputs after their
+    # ops, not output_<i>: the graph view of the file shows those names)
+    if given_outputs is not None:
+        asked = [given_outputs] if isinstance(given_outputs, str) else list(given_outputs)
+    elif out_tree[0] == "dict" and all(t == ("T",) for _, t in out_tree[1]):
+        asked = list(output_names)
+    else:
+        asked = None
+    with _dump_request(arg_names is not None, asked):
+        return save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
+                    append=append, keep_opr_name=keep_opr_name, keep_var_name=keep_var_name,
+                    metadata=metadata)
+
+
+def _dump_request(prefer_input_names, output_names):
+    try:
+        from .naming import dump_request
+    except ImportError:
+        import contextlib
+        return contextlib.nullcontext()
+    return dump_request(prefer_input_names, output_names)
 
 
 def _check_inference(rec):
@@ -1205,6 +1230,7 @@ def _build_graph(graph, z, label, graph_cls, G):
         if v in var:
             raise _Bad(f"{what}: var {v} has two values")
         shape, dtype, device = descs[v]
+        name = names.get(v) or name  # the graph's name of the input (MegEngine's rules)
         var[v] = G._raw(g.make_h2d(dtype=dtype, device=device, shape=shape, name=name))
         g._file_inputs.append(var[v])
     for j, spec in enumerate(_need(graph, "constants", list, _GRAPH)):
@@ -1268,6 +1294,7 @@ def _build_graph(graph, z, label, graph_cls, G):
         v = _var(_need(spec, "var", int, what), n, what)
         if v not in var:
             raise _Bad(f"output {name!r} (var {v}) has no value")
+        name = names.get(v) or name  # a name the file keeps for the var wins
         var[v].name = name
         out_list.append(var[v])
         out_dict[name] = var[v]

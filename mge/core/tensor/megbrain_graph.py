@@ -263,11 +263,12 @@ class Graph:
         opr.inputs = tuple(inputs)
         opr.priority = 0
         opr.payload = payload
-        if name is None:
-            label = opdef.mode.upper() if opdef is not None and hasattr(opdef, "mode") and \
-                isinstance(opdef.mode, str) else type_name
-            args = ",".join(v.name for v in opr.inputs)
-            name = f"{label}({args})" if len(args) < 48 else f"{label}[{opr.id}]"
+        if name is None:  # MegBrain's default: the op's kind, its inputs, its id
+            label = _default_label(opdef, type_name)
+            args = ",".join(str(v.name) for v in opr.inputs)
+            if len(args) > 200:
+                args = args[:200] + "..."
+            name = f"{label}({args})[{opr.id}]" if opr.inputs else f"{label}[{opr.id}]"
         opr.name = name
         outs = []
         for i, (shape, dtype, device) in enumerate(descs):
@@ -276,7 +277,7 @@ class Graph:
             v.owner = opr
             v.index = i
             v.id = next(self._ids)
-            v.name = name if len(descs) == 1 else f"{name}[{i}]"
+            v.name = name if len(descs) == 1 else f"{name}:o{i}"
             v.shape = None if shape is None else tuple(int(s) for s in shape)
             v.dtype = None if dtype is None else np.dtype(dtype)
             v.device = device
@@ -354,8 +355,15 @@ class Graph:
         set_priority_to_id(dest_vars)
 
 
-def _default_descs(opr_outs):
-    return opr_outs
+def _default_label(opdef, type_name):
+    if opdef is None:
+        return type_name
+    try:
+        from ...jit.naming import opr_name
+    except ImportError:
+        mode = getattr(opdef, "mode", None)
+        return mode.upper() if isinstance(mode, str) else type_name
+    return opr_name(opdef)
 
 
 def _make_const(graph, data, dtype, device, name, kind="const"):
@@ -379,7 +387,14 @@ def _make_const(graph, data, dtype, device, name, kind="const"):
     t = Tensor(value, dtype=value.dtype, device=dev)
     type_name = "ImmutableTensor" if kind == "const" else "SharedDeviceTensor"
     opr = graph._new_opr("const", type_name, None, (), [(value.shape, value.dtype, dev)],
-                         name=name or f"const{list(value.shape)}", payload=t)
+                         name=name, payload=t)
+    if name is None:  # MegBrain's default: const<value> for one number, else const<shape>
+        if value.size == 1:
+            v = value.reshape(-1)[0].item()
+            text = f"{v:g}" if isinstance(v, float) else str(v)
+        else:
+            text = ",".join(str(d) for d in value.shape)
+        opr.name = opr.outputs[0].name = f"const<{text}>[{opr.id}]"
     return opr.outputs[0]
 
 
