@@ -455,9 +455,16 @@ def _convert(obj, memo):
         tm = TracedModule.__new__(TracedModule)
         memo[id(obj)] = tm
         Module.__init__(tm)
+        used = _used_attributes(tr.graphs.values())
+        used_ids = {id(vars(obj)[k]) for k in used if k in vars(obj)}
+        drop = memo.get("drop_unused", False)
         for k, v in vars(obj).items():
             if k in ("_forward_pre_hooks", "_forward_hooks", "argdef_graph_map",
                      "argdef_outdef_map"):
+                continue
+            # as MegEngine's trace_module: tensors and modules the forward never touched are
+            # left out (another name of a used one stays)
+            if drop and k not in used and id(v) not in used_ids and _only_state(v):
                 continue
             tm.__dict__[k] = _convert(v, memo)
         tm.argdef_graph_map = dict(tr.graphs)
@@ -481,6 +488,28 @@ def _convert(obj, memo):
     if isinstance(obj, dict):
         return type(obj)((k, _convert(v, memo)) for k, v in obj.items())
     return obj
+
+
+def _used_attributes(graphs):
+    """The attribute names (first path parts) the graphs read from their ``self``."""
+    used = set()
+    for g in graphs:
+        self_node = g._inputs[0] if g._inputs else None
+        for e in g._exprs:
+            if isinstance(e, GetAttr) and e.inputs and e.inputs[0] is self_node:
+                used.add(e.name.split(".")[0])
+    return used
+
+
+def _only_state(v):
+    """A tensor or module, or a non-empty container of only those."""
+    from mge.tensor import Tensor
+    if isinstance(v, (Tensor, Module)):
+        return True
+    if isinstance(v, (list, tuple, dict)):
+        items = list(v.values()) if isinstance(v, dict) else list(v)
+        return bool(items) and all(_only_state(x) for x in items)
+    return False
 
 
 def _all_modules(obj):
@@ -655,7 +684,7 @@ def trace_module(mod, *args, **kwargs):
         with mt.patched():
             orig = Module.__call__.__wrapped_tm__
             real = trace_user_module(mod, args, kwargs, orig)
-            tm = _convert(mod, {})
+            tm = _convert(mod, {"drop_unused": True})
     finally:
         st.scopes.clear()
         st.keep.clear()
