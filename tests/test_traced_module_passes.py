@@ -227,3 +227,39 @@ def test_optimized_module_pickles():
     opt = tm.optimize(traced, ["FuseConvBn", "FuseAddMul"])
     back = pickle.loads(pickle.dumps(opt))
     _close(back(x), net(x))
+
+
+def test_fuse_conv_bn_keeps_padding_mode_and_groups():
+    class G(M.Module):
+        def __init__(self):
+            super().__init__()
+            self.conv = M.Conv2d(4, 4, 3, padding=1, groups=2, padding_mode="reflect")
+            self.bn = M.BatchNorm2d(4)
+            _randomize_bn(self.bn, _rng())
+
+        def forward(self, x):
+            return self.bn(self.conv(x))
+
+    m = G()
+    m.eval()
+    x = mge.Tensor(_rng().normal(size=(1, 4, 6, 6)).astype("float32"))
+    opt = tm.optimize(tm.trace_module(m, x), "FuseConvBn")
+    _close(opt(x), m(x))
+    conv = opt.graph.get_module_by_type(M.Conv2d).as_unique().owner
+    assert conv.padding_mode == "reflect" and conv.groups == 2
+
+
+def test_fix_input_shape():
+    class Sh(M.Module):
+        def forward(self, x):
+            return x.reshape(-1) * 0 + mge.Tensor(x.shape).astype("float32").sum()
+
+    m = Sh()
+    x = mge.Tensor(np.ones((2, 3), "float32"))
+    traced = tm.trace_module(m, x)
+    from mge.core.ops import builtin
+    from mge.traced_module.expr import is_apply_def
+    assert any(is_apply_def(e, builtin.GetVarShape) for e in traced.graph._exprs)
+    fixed = get_registered_pass("FixInputShape")()(traced)
+    assert not any(is_apply_def(e, builtin.GetVarShape) for e in fixed.graph._exprs)
+    _close(fixed(x), m(x))

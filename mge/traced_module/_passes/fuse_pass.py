@@ -165,7 +165,8 @@ class FuseConvBn(BackwardPass):
         new = M.Conv2d(in_channels=old.in_channels, out_channels=old.out_channels,
                        kernel_size=old.kernel_size, stride=old.stride, padding=old.padding,
                        dilation=old.dilation, groups=old.groups, bias=True,
-                       conv_mode=old.conv_mode, compute_mode=old.compute_mode, name=old.name)
+                       conv_mode=old.conv_mode, compute_mode=old.compute_mode,
+                       padding_mode=getattr(old, "padding_mode", "zeros"), name=old.name)
         new.weight = Parameter(weight)
         new.bias = Parameter(bias)
         new.training = old.training
