@@ -346,20 +346,25 @@ class GraphInference:
         if outputs is not None:
             nodes = find_vars_by_name(nodes, outputs)
         self._origin_outputs = nodes
-        nodes, self._inp_dict = convert_inputs(nodes)
-        # inputs of the model the outputs do not need are still taken (and ignored)
+        nodes, found = convert_inputs(nodes)
+        # the inputs in the model's order (its signature: what positional inputs follow), the
+        # ones its outputs do not need included (taken and ignored)
+        self._inp_dict = OrderedDict()
         for v in getattr(self._graph, "_file_inputs", ()):
-            if v.name not in self._inp_dict:
+            node = found.pop(v.name, None)
+            if node is None:
                 node = G.InputNode(device=v.device, dtype=v.dtype, shape=v.shape,
                                    graph=self._graph)
                 node.name = v.name
-                self._inp_dict[v.name] = node
+            self._inp_dict[v.name] = node
+        self._inp_dict.update(found)
         nodes, self._oup_dict = convert_outputs(nodes)
         self._func = self._graph.compile(nodes)
 
     def run(self, *inp_args, inp_dict=None):
-        """Run on ``inp_args`` (in the order of the model's inputs) and ``inp_dict`` (by input
-        name); returns an ``OrderedDict`` ``{output name: numpy array}``."""
+        """Run on ``inp_args`` (in the order of the model's inputs: the traced function's
+        arguments) and ``inp_dict`` (by input name); returns an ``OrderedDict`` ``{output name:
+        numpy array}``."""
         assert len(inp_args) <= len(self._inp_dict), \
             "This model expects {} inputs".format(len(self._inp_dict))
         keys = list(self._inp_dict)

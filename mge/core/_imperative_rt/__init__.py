@@ -70,9 +70,28 @@ class TensorAttr:
 
 
 def __getattr__(name):
+    graph = _graph_names().get(name)
+    if graph is not None:
+        return graph
     if name in _GRAPH_ONLY:
         raise NotImplementedError(
             f"mge.core._imperative_rt.{name} belongs to MegBrain's C++ computing graph, which mge "
             "does not have; use eager tensors, mge.jit.trace and mge.autodiff instead (see "
             "docs/differences.rst)")
     raise AttributeError(f"module 'mge.core._imperative_rt' has no attribute {name!r}")
+
+
+def _graph_names():
+    # MegBrain's graph classes, as mge's computing graphs (mge.core.tensor.megbrain_graph)
+    from ..tensor import megbrain_graph as G
+
+    def make_const(graph, data, device, dtype, name=None):
+        """A constant var of ``graph`` (MegEngine's ``_imperative_rt.make_const``)."""
+        return G._make_const(graph, data, dtype, device, name)
+
+    def make_h2d(graph, device, dtype, shape=None, name=None):
+        """A ``Host2DeviceCopy`` var of ``graph`` (MegEngine's ``_imperative_rt.make_h2d``)."""
+        return graph.make_h2d(dtype=dtype, device=device, shape=shape, name=name)._node
+
+    return {"ComputingGraph": G.Graph, "VarNode": G._Var, "OperatorNode": G._Opr,
+            "make_const": make_const, "make_h2d": make_h2d}

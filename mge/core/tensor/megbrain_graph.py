@@ -388,13 +388,14 @@ def _make_const(graph, data, dtype, device, name, kind="const"):
     type_name = "ImmutableTensor" if kind == "const" else "SharedDeviceTensor"
     opr = graph._new_opr("const", type_name, None, (), [(value.shape, value.dtype, dev)],
                          name=name, payload=t)
-    if name is None:  # MegBrain's default: const<value> for one number, else const<shape>
+    if name is None:  # MegBrain-like defaults: const<value> for one number, else const[shape]
         if value.size == 1:
             v = value.reshape(-1)[0].item()
             text = f"{v:g}" if isinstance(v, float) else str(v)
+            label = f"const<{text}>"
         else:
-            text = ",".join(str(d) for d in value.shape)
-        opr.name = opr.outputs[0].name = f"const<{text}>[{opr.id}]"
+            label = f"const{list(value.shape)}"
+        opr.name = opr.outputs[0].name = f"{label}[{opr.id}]"
     return opr.outputs[0]
 
 
