@@ -5,7 +5,6 @@ import pickle
 import numpy as np
 
 import mge
-import mge.functional as F
 import mge.module as M
 import mge.traced_module as tm
 import mge.traced_module.serialization as S

@@ -125,9 +125,6 @@ class Expr:
             if not getattr(n, "_qualname", ""):
                 n._qualname = _make_qualname(self, n)
 
-    def _qualname_tag(self):
-        return None
-
     def unflatten_args(self, inputs):
         """``(args, kwargs)`` rebuilt from the input values and the constants."""
         leaves = [None] * self.arg_def.num_leaves
