@@ -19,6 +19,7 @@ from mge._core.ops import (
     LayerNormBackward, MaxPoolingGather, OneHot, PermutationRNG, PoissonRNG, UniformRNG,
 )
 from mge._core.autodiff.registry import BACKWARD
+from mge._core.ops.elemwise import ComplexPart, CreateComplex
 from mge._core.ops.vision import NMSKeep, CvtColor, VisionBackward
 from mge._core.device.cpu import KERNELS
 from mge.amp.check_non_finite import CheckNonFinite
@@ -37,6 +38,9 @@ from mge.jit.program import MatrixMulPair, TracedProgram  # noqa: E402
 NO_RULE = {
     # An integer index tensor in, a one-hot tensor out: nothing to differentiate.
     OneHot,
+    # Complex values get no gradients (a recording keeps only float outputs; complex tensors
+    # cannot be attached): F.complex/F.polar and F.real/F.imag are never recorded.
+    CreateComplex, ComplexPart,
     # The optimizers' fused updates (parameter, gradient, states -> new parameter and states) run
     # in ``Optimizer.step``, after backward and outside any recording.
     SGDUpdate, AdamUpdate, AdagradUpdate, AdadeltaUpdate, RMSpropUpdate,
