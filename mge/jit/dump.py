@@ -71,7 +71,9 @@ __all__ = ["save", "load", "LoadedModel", "ModelInput", "ModelFileError", "DumpR
 #: What ``save`` (and ``trace.dump``) return, with the fields of MegEngine's
 #: ``CompGraphDumpResult``: the number of operators as MegBrain counts them (the ops, plus one
 #: per input and per constant), the file's bytes, the constants' bytes, a content
-#: hash (SHA-256 of the bytes written), the input and output names, and the constants' entries.
+#: hash (SHA-256 of the bytes written), the input and output names (as the graph view of the file
+#: names them: an output the user did not name is named after its op, ``"ADD"``, as in
+#: MegEngine), and the constants' entries.
 DumpResult = collections.namedtuple(
     "DumpResult", ["nr_opr", "tot_bytes", "tensor_value_bytes", "content_hash", "inputs",
                    "outputs", "params"])
@@ -425,7 +427,11 @@ def save(recording, file, arg_names=None, output_names=None, *, output_tree=None
     named = sorted((number[v], str(n)) for v, n in (var_names or {}).items() if v in number)
     if named:
         graph["var_names"] = [list(p) for p in named]
-    return _write_model(graph, entries, file, append, user_info, metadata)
+    result = _write_model(graph, entries, file, append, user_info, metadata)
+    # the result names the outputs as the graph does (MegEngine's: an output the user did not
+    # name is named after its op); the file's outputs keep the call interface's names
+    graph_outputs = [(var_names or {}).get(v) or n for v, n in zip(rec.outputs, output_names)]
+    return result._replace(outputs=graph_outputs)
 
 
 def _write_model(graph, entries, file, append, user_info, metadata, pickle_user_info=False):
