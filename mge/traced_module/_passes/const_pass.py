@@ -39,6 +39,7 @@ class AttrToConstant(BackwardPass):
     run_once = True
 
     def run_transform(self, expr):
+        """A tensor ``GetAttr`` becomes a ``Constant`` of a copy of its value."""
         if not (is_getattr(expr) and isinstance(expr.outputs[0], TensorNode)):
             return expr
         return _replace_with_const(expr, get_const_value(expr), expr)
@@ -52,6 +53,7 @@ class FixInputShape(BackwardPass):
     run_once = True
 
     def run_transform(self, expr):
+        """A ``GetVarShape`` becomes a constant of the traced shape."""
         if not is_apply_def(expr, GetVarShape):
             return expr
         shape = Tensor(expr.inputs[0].shape, dtype="int32")
@@ -68,6 +70,7 @@ class FlodConstant(ForwardPass):
     run_once = False
 
     def run_transform(self, expr):
+        """An expression of constants only becomes the constant it gives."""
         if not expr.inputs or len(expr.outputs) != 1 or \
                 any(n.expr is None or not is_constant(n.expr) for n in expr.inputs):
             return expr
@@ -105,6 +108,7 @@ class NormElemWise(BackwardPass):
         self.pattern = pattern
 
     def run_transform(self, expr):
+        """Rewrite one add/sub/mul/div with a constant operand."""
         matcher = PatternMatcher()
         if not matcher.match(self.pattern, expr):
             return expr

@@ -68,6 +68,7 @@ class BackwardFoldScale(BackwardPass):
         return var, mul, add
 
     def run_transform(self, expr):
+        """Apply the scale found for ``expr`` by :meth:`before_visit_graph`."""
         if expr not in self.scale_message:
             return expr
         _, mul, add = self._patterns()
@@ -167,6 +168,8 @@ class BackwardFoldScale(BackwardPass):
                         todo.append(user)
 
     def before_visit_graph(self, graph):
+        """Walk ``graph`` from its outputs and find, for each expression, the constant scale
+        its users apply to it (``None``: none, or not one that can move backward)."""
         var, mul, _ = self._patterns()
         relu = is_op(F.relu) | is_op(M.ReLU) | is_op(F.leaky_relu) | is_op(M.LeakyReLU)
         # only convolutions with constant parameters can absorb a scale

@@ -58,6 +58,7 @@ class FuseAddMul(BackwardPass):
                 self.pattern_dict[chain(a, b)] = self.fold_mul
 
     def run_transform(self, expr):
+        """Fold ``expr`` with the add/mul/pow before it when both have constants."""
         matcher = PatternMatcher()
         for pattern, fold in self.pattern_dict.items():
             if matcher.match(pattern, expr):
@@ -126,6 +127,7 @@ class FuseConvBn(BackwardPass):
         self.used_name = defaultdict(int)
 
     def run_transform(self, expr):
+        """Fold a batch normalisation ``expr`` into the convolution before it."""
         conv_m = is_op(M.Conv2d)
         conv_f = is_op(F.conv2d)
         conv = conv_m | conv_f

@@ -2,7 +2,6 @@
 ways of walking a graph (:class:`ForwardPass` visits producers before users,
 :class:`BackwardPass` users before producers)."""
 from collections import OrderedDict
-from functools import partial
 
 from ...logger import get_logger
 from .utils import register_obj
@@ -46,9 +45,10 @@ def get_default_pass_context():
 
 _pass_dict = OrderedDict()
 
-#: ``@register_pass("Name")`` enters a pass class in the registry under ``Name`` (a list of
-#: names registers it under each).
-register_pass = partial(register_obj, _dict=_pass_dict)
+def register_pass(names):
+    """``@register_pass("Name")`` enters a pass class in the registry under ``Name`` (a list of
+    names registers it under each); :func:`get_registered_pass` and ``optimize`` find it."""
+    return register_obj(names, _pass_dict)
 
 
 def get_registered_pass(pass_name):
@@ -116,6 +116,7 @@ class ForwardPass(BasePass):
     """A pass that transforms an expression after all producers of its inputs."""
 
     def visit_graph(self, graph):
+        """Transform producers before users (sub-graphs of called TracedModules too)."""
         self.before_visit_graph(graph)
         changed = False
         # (expr, children expanded) entries; an expr is transformed once its inputs' are
@@ -155,6 +156,7 @@ class BackwardPass(BasePass):
     """A pass that transforms an expression before the producers of its inputs."""
 
     def visit_graph(self, graph):
+        """Transform users before producers (sub-graphs of called TracedModules too)."""
         self.before_visit_graph(graph)
         changed = False
         queue = [n.expr for n in graph.outputs]

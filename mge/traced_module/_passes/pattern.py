@@ -89,6 +89,7 @@ class CallPattern(ExprPattern):
         return self
 
     def check_users(self, check=True):
+        """Set the users check on this pattern and its op."""
         self._check_users = check
         self.op.check_users(check)
         return self
@@ -113,6 +114,7 @@ class OrPattern(ExprPattern):
         self.left, self.right = left, right
 
     def check_users(self, check=True):
+        """Set the users check on both alternatives."""
         self._check_users = check
         self.left.check_users(check)
         self.right.check_users(check)
@@ -137,6 +139,7 @@ class ModulePattern(ExprPattern):
         self.attrs = {}
 
     def has_attr(self, **attrs):
+        """Require these attribute values of the called module."""
         self.attrs.update(attrs)
         return self
 
