@@ -223,3 +223,26 @@ def test_setitem_errors():
 def test_range_and_nested_list_index():
     check(mge.tensor(A)[range(1, 3)], A[np.arange(1, 3)])
     check(mge.tensor(A)[[[0, 1], [3, 3]]], A[np.array([[0, 1], [3, 3]])])
+
+
+@pytest.mark.parametrize("index", [(True, slice(0, 1)), (False, slice(0, 1)), (True,), (False,),
+                                   (slice(None), True), (0, True), (np.bool_(True), 1)],
+                         ids=repr)
+def test_scalar_bool_index_is_a_0d_mask(index):
+    # numpy's (and MegEngine's) rule: True adds an axis of length 1, False one of length 0
+    a = arr((3, 2))
+    check(mge.tensor(a)[index], a[index])
+    x = mge.tensor(a)
+    x[index] = 7.0
+    ref = a.copy()
+    ref[index] = 7.0
+    check(x, ref)
+
+
+def test_scalar_bool_index_gradient():
+    from mge.autodiff import GradManager
+    x = mge.Parameter(arr((3, 2)))
+    gm = GradManager().attach([x])
+    with gm:
+        gm.backward((x[True, 0:1] * 2).sum() + x[False, 1:].sum())
+    check(x.grad, np.array([[2, 2], [0, 0], [0, 0]], np.float32))

@@ -16,6 +16,7 @@ from .._core.ops.indexing import (
 )
 from ..tensor import Tensor
 from ..core import apply
+from .utils import _is_graph_var
 
 __all__ = ["getitem", "setitem"]
 
@@ -58,14 +59,14 @@ def _check_host_masks(x, index, opname):
     integer arrays by size-1 probes).  False when a shape is not known yet (the masks then stay
     bool tensors, checked by the op).
     """
-    xshape = x._info.shape
+    xshape = getattr(x, "_info", x).shape  # (a graph var's static shape)
     if xshape is None:
         return False
     probe = []
     for it in index:
-        if isinstance(it, Tensor):
+        if isinstance(it, Tensor) or _is_graph_var(it):
             if it.dtype.kind == "b":
-                shape = it._info.shape
+                shape = getattr(it, "_info", it).shape
                 if shape is None:
                     return False
                 probe.append(shape_probe(shape, np.bool_))
@@ -111,7 +112,7 @@ def _parse(x, index, opname, host_masks_as_tensors=False):
             items.append(("new",))
         elif it is Ellipsis:
             items.append(("ell",))
-        elif isinstance(it, Tensor):
+        elif isinstance(it, Tensor) or _is_graph_var(it):
             kind = it.dtype.kind
             if kind == "b":
                 items.append(("mask",))
@@ -121,8 +122,9 @@ def _parse(x, index, opname, host_masks_as_tensors=False):
                 raise TypeError(f"indexing: index tensors must be integer or bool, got {it.dtype}")
             arrays.append(it if it.device == x.device else it.to(x.device))
         elif isinstance(it, (bool, np.bool_)):
-            raise TypeError("indexing: a scalar bool index is not supported; use None for a new "
-                            "axis or a bool array as a mask")
+            # a 0-d mask, as in numpy and MegEngine: a new axis of length 1 (True) or 0 (False)
+            items.append(("mask",))
+            arrays.append(Tensor(np.array(bool(it)), device=x.device))
         elif isinstance(it, np.integer):
             items.append(("int", int(it)))
         elif isinstance(it, (list, tuple, range, np.ndarray)):
