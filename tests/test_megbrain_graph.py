@@ -208,3 +208,19 @@ def test_optimize_for_inference_options():
     assert G.deserialize_infer_option(code) == {"enable_nchw4": True}
     with pytest.raises(ValueError, match="unknown options"):
         G.optimize_for_inference([x], enable_magic=True)
+
+
+def test_indexing_with_vars_and_unknown_shapes():
+    g = G.Graph()
+    a = np.arange(12, dtype="float32").reshape(3, 4)
+    va = g.make_const(a)
+    idx = g.make_const(np.array([2, 0], "int32"))
+    np.testing.assert_equal(va[idx].numpy(), a[[2, 0]])
+    np.testing.assert_equal(va[idx, 1:].numpy(), a[[2, 0], 1:])
+    picked = va[va > 5]  # a bool mask: the length is known when run
+    assert picked.shape is None
+    np.testing.assert_equal(picked.numpy(), a[a > 5])
+    with pytest.raises(IndexError, match="ellipsis"):
+        picked[...]
+    # shapes and numbers given as constant vars are read from their values
+    np.testing.assert_equal(F.reshape(va, g.make_const([4, 3])).numpy(), a.reshape(4, 3))

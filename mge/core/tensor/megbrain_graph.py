@@ -39,7 +39,7 @@ from ..._core import _accel
 from ..._core.device import as_device
 from ..._core.dtype import common_dtype, promote_args, scalar_dtype
 from ..._core.ops import elemwise as _elemwise_ops
-from ..._core.ops.base import INFER, OpDef
+from ..._core.ops.base import INFER, OpDef, OpIndexError, OpTypeError, OpValueError
 from ...tensor import Tensor
 
 _dispatch = _accel.load("mge._core.dispatch")
@@ -426,10 +426,16 @@ def _infer(op, inputs):
         raise NotImplementedError(f"graph: op {_op_label(op)} has no shape rule, so it cannot "
                                   "be added to a graph")
     descs = [(v.shape, v.dtype) for v in inputs]
+    items = getattr(op, "items", None)
+    if isinstance(items, tuple) and inputs and inputs[0].shape is None and \
+            any(isinstance(it, tuple) and it[:1] == ("ell",) for it in items):
+        raise IndexError(f"graph: op {_op_label(op)}: an ellipsis needs the number of dimensions "
+                         "of the indexed var, which is not known until run")
     try:
         got = rule(op, descs)
     except Exception as e:
-        if known:
+        if known or isinstance(e, (OpValueError, OpIndexError, OpTypeError)):
+            # (with unknown shapes too: the rule's own verdict, not a failure to compute)
             shapes = ", ".join(f"{v.shape} {v.dtype}" for v in inputs)
             raise type(e)(f"graph: op {_op_label(op)} cannot take inputs ({shapes}): {e}") \
                 from None
