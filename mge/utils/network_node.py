@@ -116,7 +116,7 @@ class VarNode(NetworkNode, G.VarNode):
         shape = self.partial_shape
         if axis is not None:
             shape = shape[axis]
-        return self.graph._wrap_as(VarNode, np.array(shape, dtype=np.int32), self.device)
+        return _const_var(self.graph, np.array(shape, dtype=np.int32), self.device)
 
     @property
     def partial_shape(self):
@@ -160,8 +160,6 @@ def _const_var(graph, value, device):
     raw = G._make_const(graph, value, value.dtype, device, None)
     return VarNode(raw)
 
-
-G.Graph._wrap_as = lambda self, cls, value, device: _const_var(self, value, device)
 
 
 class OpNode(NetworkNode):
