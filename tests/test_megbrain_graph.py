@@ -224,3 +224,28 @@ def test_indexing_with_vars_and_unknown_shapes():
         picked[...]
     # shapes and numbers given as constant vars are read from their values
     np.testing.assert_equal(F.reshape(va, g.make_const([4, 3])).numpy(), a.reshape(4, 3))
+
+
+def test_trace_dump_float16_option():
+    @trace(symbolic=True, capture_as_const=True)
+    def f(x):
+        return F.exp(x) + 1
+
+    x = np.array([0.5, 1.5], "float32")
+    f(mge.tensor(x))
+    buf = io.BytesIO()
+    f.dump(buf, optimize_for_inference=True, enable_io16xc32=True)
+    buf.seek(0)
+    ret = G.load_graph(buf)
+    (out,) = ret.output_vars_list
+    assert out.dtype == np.float16
+    assert ret.metadata["optimized_for_inference"] is True
+    assert "enable_io16xc32" in ret.metadata["optimize_options"]
+    buf.seek(0)
+    got = mge.jit.load(buf)(x).numpy()
+    np.testing.assert_allclose(got, np.exp(x.astype("float16")) + 1, rtol=1e-3)
+    # without optimize_for_inference the option changes nothing (as in MegEngine)
+    plain = io.BytesIO()
+    f.dump(plain, enable_io16xc32=True)
+    plain.seek(0)
+    assert G.load_graph(plain).output_vars_list[0].dtype == np.float32

@@ -564,10 +564,41 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
         asked = list(output_names)
     else:
         asked = None
+    f16 = [k for k in ("enable_io16xc32", "enable_ioc16") if optimized and ignored.get(k)]
     with _dump_request(arg_names is not None, asked):
+        if f16:  # float16 I/O: the graph pass of megbrain_graph.optimize_for_inference
+            return _dump_float16(rec, file, names, output_names, out_tree, user_info, append,
+                                 keep_opr_name, keep_var_name, metadata, f16)
         return save(rec, file, names, output_names, output_tree=out_tree, user_info=user_info,
                     append=append, keep_opr_name=keep_opr_name, keep_var_name=keep_var_name,
                     metadata=metadata)
+
+
+def _dump_float16(rec, file, names, output_names, out_tree, user_info, append, keep_opr_name,
+                  keep_var_name, metadata, options):
+    # trace.dump(optimize_for_inference=True, enable_io16xc32/enable_ioc16=True): the model as
+    # a graph, its float32 operators given float16 inputs, written again
+    from ..core.tensor import megbrain_graph as G
+    buf = io.BytesIO()
+    save(rec, buf, names, output_names, output_tree=out_tree, user_info=user_info,
+         keep_opr_name=keep_opr_name, keep_var_name=keep_var_name)
+    buf.seek(0)
+    ret = load_graph_file(buf, G.Graph)
+    new, _ = G.optimize_for_inference(list(ret.output_vars_list), **{k: True for k in options})
+    raws = [G._raw(v) for v in new]
+    for v, name in zip(raws, output_names):
+        v.name = name
+    meta = dict(metadata or {}, user_info=user_info) if metadata is not None else None
+    data, result = save_graph_oprs(
+        raws, G._needed_oprs(raws), keep_var_name=keep_var_name, keep_opr_name=keep_opr_name,
+        metadata=meta, extra_inputs=ret.graph._file_inputs,
+        output_tree=_number_tree(out_tree, [0], "save: output_tree"))
+    if isinstance(file, (str, os.PathLike)):
+        with open(file, "ab" if append else "wb") as f:
+            f.write(data)
+    else:
+        file.write(data)
+    return result
 
 
 def _dump_request(prefer_input_names, output_names):
@@ -1069,7 +1100,7 @@ def _tracing_now():
 
 # -- MegBrain-style graphs (mge.core.tensor.megbrain_graph) ---------------------------------------
 def save_graph_oprs(dest, oprs, *, keep_var_name=1, keep_opr_name=False, keep_param_name=False,
-                    keep_opr_priority=False, metadata=None, extra_inputs=()):
+                    keep_opr_priority=False, metadata=None, extra_inputs=(), output_tree=None):
     """Write the graph operators ``oprs`` (``megbrain_graph``'s, in a topological order)
     computing the vars ``dest`` in this format; returns ``(bytes, DumpResult)``.
 
@@ -1169,7 +1200,8 @@ def save_graph_oprs(dest, oprs, *, keep_var_name=1, keep_opr_name=False, keep_pa
         descs.append([None if v.shape is None else [int(d) for d in v.shape],
                       _dtype_name(v.dtype, f"dump_graph: var {v.name!r}"), str(v.device)])
     n_out = len(outputs)
-    tree = {"tensor": 0} if n_out == 1 else {"tuple": [{"tensor": i} for i in range(n_out)]}
+    tree = output_tree if output_tree is not None else (
+        {"tensor": 0} if n_out == 1 else {"tuple": [{"tensor": i} for i in range(n_out)]})
     graph = {
         "format": FORMAT_NAME, "version": FORMAT_VERSION, "producer": f"mge {_mge_version()}",
         "vars": descs, "inputs": inputs, "outputs": outputs, "output_tree": tree,
