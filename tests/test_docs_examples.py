@@ -18,7 +18,7 @@ PAGES = ["README.md", "docs/index.rst", "docs/quickstart.rst", "docs/guides/plug
          "docs/guides/autodiff.rst", "docs/guides/modules.rst", "docs/guides/training.rst", "docs/guides/dtr.rst",
          "docs/guides/devices.rst", "docs/guides/threads.rst", "docs/guides/trace.rst",
          "docs/guides/trace_dump.rst", "docs/guides/trace_onnx.rst", "docs/guides/graphs.rst", "docs/guides/data.rst",
-         "docs/guides/profiler.rst"]
+         "docs/guides/profiler.rst", "docs/guides/traced_module.rst", "docs/guides/quantization.rst"]
 
 
 def _markdown_blocks(text):
