@@ -36,11 +36,13 @@ recorded in and finds the values of its tensors as they were then.
 """
 import weakref
 
+import numpy as np
+
 import mge
 from mge._core.autodiff import gradutil
-from mge._core.autodiff.registry import BACKWARD, KEEPS_OUTPUTS
+from mge._core.autodiff.registry import BACKWARD, KEEPS_OUTPUTS, READS_INPUTS
 from mge._core.plugins import stack
-from mge.core import Transformation, ops
+from mge.core import Transformation, get_channel as _get_channel, ops
 
 __all__ = [
     "GradTransformation", "GradKey", "backward", "get_backward_closure", "set_grad",
@@ -142,6 +144,41 @@ def _set_slot(t, key, node, index):
     t._gslot = chain
 
 
+class _Meta:
+    """What a backward rule that reads no values needs of an input: its shape, dtype and device
+    (the tensor itself is not kept alive by the recording)."""
+
+    __slots__ = ("shape", "dtype", "device", "_info")
+
+    def __init__(self, x):
+        info = x._info
+        shape = info.shape
+        self.shape = tuple(shape) if shape is not None else x.shape
+        self.dtype = info.dtype
+        self.device = x.device
+        self._info = self
+
+    @property
+    def ndim(self):
+        return len(self.shape)
+
+
+def _records_paths():
+    """Whether the channel records computing paths (DTR, ``drop``): then a recording keeps every
+    input.  DTR evicts and recomputes kept inputs; inputs the recording let go would be released
+    tensors that DTR evicts first, and a later recomputation would regenerate (and pin) the whole
+    chain of them, above the budget."""
+    return _get_channel().options.values["record_computing_path"]
+
+
+def _keep_values(inputs, reads):
+    """The inputs a node keeps: those the rule reads (``reads``: indices, None for all) as they
+    are, the others as their :class:`_Meta`."""
+    if reads is None:
+        return inputs
+    return tuple(x if i in reads else _Meta(x) for i, x in enumerate(inputs))
+
+
 def _is_float(t):
     return t._info.dtype.kind == "f"
 
@@ -190,7 +227,12 @@ class GradTransformation(Transformation):
                         held = _ref(outputs[0])
                     else:
                         held = tuple(outputs)
-                    node = _Node(op, inputs, held, in_slots)
+                    reads = READS_INPUTS.get(type(op))
+                    if reads is None or _records_paths():
+                        kept = inputs
+                    else:
+                        kept = _keep_values(inputs, reads(op))
+                    node = _Node(op, kept, held, in_slots)
                     tape = key._tape
                     tape.append(_ref(node))
                     if len(tape) > key._tape_limit:
@@ -375,8 +417,17 @@ def _seed(y, dy, k):
     if not isinstance(dy, Tensor):
         dy = Tensor(dy, dtype=y.dtype, device=y.device)
     if tuple(dy.shape) != tuple(y.shape):
-        raise ValueError(f"backward: dy[{k}] has shape {tuple(dy.shape)} but y[{k}] has shape "
-                         f"{tuple(y.shape)}")
+        # as in MegEngine, a dy that broadcasts to y's shape is broadcast
+        try:
+            np.broadcast_shapes(tuple(dy.shape), tuple(y.shape))
+            ok = len(dy.shape) <= len(y.shape) and np.broadcast_shapes(
+                tuple(dy.shape), tuple(y.shape)) == tuple(y.shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise ValueError(f"backward: dy[{k}] has shape {tuple(dy.shape)} but y[{k}] has "
+                             f"shape {tuple(y.shape)}")
+        dy = mge.functional.broadcast_to(dy, tuple(y.shape))
     return dy
 
 

@@ -8,11 +8,15 @@
   ``gradutil.py``, whose ops go to the layer below the grad transformation running the backward.
 * ``KEEPS_OUTPUTS[cls](op) -> bool`` -- the rule reads the forward outputs, so the grad
   transformation keeps them alive until the rule has run.
+* ``READS_INPUTS[cls](op) -> tuple or None`` -- the inputs whose values the rule reads (``None``:
+  all).  Of the others it reads only ``shape``, ``dtype`` and ``device``, so a recording keeps
+  just those (as MegEngine does: ``x * 2 + y`` keeps neither ``x * 2`` nor ``y`` alive).
 """
-__all__ = ["BACKWARD", "KEEPS_OUTPUTS", "def_backward"]
+__all__ = ["BACKWARD", "KEEPS_OUTPUTS", "READS_INPUTS", "def_backward"]
 
 BACKWARD = {}       # op class -> rule
 KEEPS_OUTPUTS = {}  # op class -> predicate(op): the rule reads the forward outputs
+READS_INPUTS = {}   # op class -> predicate(op): the inputs whose values the rule reads
 
 
 def def_backward(cls, keeps_outputs=False):

@@ -10,7 +10,7 @@ import math
 
 from ...ops.elemwise import Elemwise, TypeCvt
 from ..gradutil import cast, ew, fit, output
-from ..registry import def_backward
+from ..registry import READS_INPUTS, def_backward
 
 __all__ = ["GRAD_MODES"]
 
@@ -129,7 +129,7 @@ _GRADS = {
     "acosh": (_x_g("acosh_grad"),),
     "atanh": (_x_g("atanh_grad"),),
     # activations
-    "relu": (_x_g("switch_gt0"),),
+    "relu": (lambda x, y, g: ew("switch_gt0", y, g),),   # y > 0 exactly where x > 0
     "relu6": (_x_g("relu6_grad"),),
     "sigmoid": (lambda x, y, g: ew("sigmoid_grad", y, g),),
     "hsigmoid": (_x_g("hsigmoid_grad"),),
@@ -171,7 +171,9 @@ GRAD_MODES = frozenset(_GRADS)
 # mode -> the inputs whose rule reads the output y (recomputed if the caller dropped it)
 _READS_Y = {"true_div": (1,), "pow": (1,), "mod": (1,), "exp": (0,), "expm1": (0,), "sqrt": (0,),
             "rsqrt": (0,), "logaddexp": (0, 1), "tan": (0,), "tanh": (0,), "sigmoid": (0,),
-            "fuse_add_relu": (0, 1)}
+            "fuse_add_relu": (0, 1), "relu": (0,)}
+# modes whose rule reads no input values (only shapes and dtypes): a recording keeps no inputs
+_NO_INPUT_VALUES = frozenset({"add", "sub", "neg", "relu"})
 
 
 @def_backward(Elemwise, keeps_outputs=lambda op: op.mode in _READS_Y)
@@ -191,6 +193,9 @@ def _elemwise_backward(op, inputs, outputs, grads, needs):
         else:
             out.append(fit(rule(*inputs, y, g), x))
     return out
+
+
+READS_INPUTS[Elemwise] = lambda op: () if op.mode in _NO_INPUT_VALUES else None
 
 
 @def_backward(TypeCvt)

@@ -10,6 +10,7 @@ from ...ops.indexing import (
     Subtensor,
 )
 from .. import gradutil as gu
+from ..registry import READS_INPUTS
 from .shape import grad_like, grad_rule, sum_to_value, zeros
 
 
@@ -41,6 +42,13 @@ def _grad_multi(op, inputs, outputs, grads, needs):
     g = grads[0]
     gx = gu.run(IndexingIncrMultiAxisVec.get(op.items), zeros(x.shape, g), g, *arrays)
     return [grad_like(gx, x)] + [None] * len(arrays)
+
+
+# Of x these rules read its shape and dtype; the index arrays of IndexingMultiAxisVec (the
+# inputs after x, at most one per axis) are read as values.
+_INDEX_INPUTS = tuple(range(1, 16))
+READS_INPUTS[Subtensor] = lambda op: ()
+READS_INPUTS[IndexingMultiAxisVec] = lambda op: _INDEX_INPUTS
 
 
 def _grad_value(op, g, value, arrays):

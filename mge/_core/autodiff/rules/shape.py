@@ -13,7 +13,7 @@ from ...ops.shape import (
     Roll, Scatter, ScatterAdd, Split, Stack, Tile, Where,
 )
 from .. import gradutil as gu
-from ..registry import def_backward
+from ..registry import READS_INPUTS, def_backward
 
 
 def grad_rule(cls):
@@ -88,6 +88,16 @@ def _grad_as_reshape(op, inputs, outputs, grads, needs):
 
 grad_rule(AddAxis)(_grad_as_reshape)
 grad_rule(RemoveAxis)(_grad_as_reshape)
+
+
+def _no_values(op):
+    return ()
+
+
+# these rules read only their input's shape and dtype
+for _cls in (Reshape, Broadcast, AddAxis, RemoveAxis):
+    READS_INPUTS[_cls] = _no_values
+del _cls
 
 
 @grad_rule(Concat)
