@@ -735,10 +735,6 @@ class VarNode:
     def __repr__(self):
         return f"VarNode({self.name!r}, shape={self.shape}, dtype={self.dtype})"
 
-    def __bool__(self):
-        raise TypeError("a graph VarNode has no truth value (its value is computed when the "
-                        "graph runs)")
-
     __hash__ = object.__hash__
     __array_ufunc__ = None  # numpy defers to the operators below (``array - var`` is a var)
 
