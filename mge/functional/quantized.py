@@ -1,31 +1,25 @@
 """Quantized ops (MegEngine 1.13's ``megengine.functional.quantized``), for inference.
 
-MegEngine runs these with integer kernels.  mge's CPU device has no quantized kernels, so they
-are simulated exactly: the integer values of the quantized inputs are multiplied and summed in
-float64 (exact for int8 x int8 sums below 2**53, like MegEngine's int32 accumulator), the
-qint32 bias is added, ``relu`` is applied in that int32 domain, and the sum is converted to the
-output dtype by mge's ``astype`` (MegEngine's ``TypeCvt``: dequantize with the accumulator scale
-``inp_scale * weight_scale`` in float32, divide by the output scale, round halves away from zero,
-clip).  ``_elemwise_multi_type`` dequantizes, computes in float32 and requantizes, as
-MegEngine's ``ElemwiseMultiType`` does for its ``q*`` modes.  No gradients (inference only).
+Each function applies one op of ``mge._core.ops.quantized`` (MegEngine's ``ConvBias``,
+``BatchConvBias``, ``ConvolutionBackwardData``, ``ElemwiseMultiType``), so the ops run on the
+channel like any other, and ``jit.trace`` records them (and ``trace.dump`` writes them).  mge's
+CPU device has no integer kernels: the ops simulate MegEngine's exactly -- the integer values of
+the quantized inputs multiplied and summed in float64 (exact for int8 x int8 sums below 2**53,
+like MegEngine's int32 accumulator), the qint32 bias added, ``relu`` applied in that int32
+domain, and the sum converted to the output dtype by MegEngine's ``TypeCvt`` (dequantize with the
+accumulator scale ``float32(inp_scale) * float32(weight_scale)`` in float32, divide by the
+output scale, round halves away from zero, clip).  ``_elemwise_multi_type`` dequantizes,
+computes in float32 and requantizes, as MegEngine's ``ElemwiseMultiType`` does for its ``q*``
+modes.  No gradients (inference only).
 """
 from typing import Tuple, Union
 
 import numpy as np
 
+from .._core.ops.quantized import (BatchConvBias, ConvBias, ElemwiseMultiType,
+                                   QuantizedConvolutionBackwardData, qspec)
+from ..core import apply
 from ..tensor import Tensor
-
-
-class _LazyDtype:
-    # mge.core.tensor.dtype imports ml_dtypes (slow): ``import mge`` loads this module, so the
-    # dtype helpers are looked up on first use.
-    def __getattr__(self, name):
-        from ..core.tensor import dtype
-
-        return getattr(dtype, name)
-
-
-_dt = _LazyDtype()
 
 __all__ = ["conv_bias_activation", "batch_conv_bias_activation", "conv_transpose2d"]
 
@@ -36,58 +30,34 @@ def _pair(v):
     return (int(v), int(v))
 
 
-def _int_values(x, what):
-    """The integer values (zero point removed) of a quantized tensor, in float64, and its
-    scale."""
-    if not isinstance(x, Tensor):
-        x = Tensor(x)
-    if not _dt.is_quantize(x.dtype):
-        raise TypeError(f"{what} must have a quantized dtype (qint8(scale)...), got {x.dtype}")
-    arr = x.numpy().astype(np.float64)
-    zp = _dt.get_zero_point(x.dtype) if "zero_point" in x.dtype.metadata["mgb_dtype"] else 0
-    return arr - (zp or 0), float(_dt.get_scale(x.dtype))
+def _spec(x, what, fn):
+    """The quantization (qspec) of the tensor ``x``; a ``TypeError`` naming ``fn`` unless it has
+    a quantized dtype."""
+    q = qspec(getattr(x, "dtype", None))
+    if q is None:
+        raise TypeError(f"{fn}: {what} must have a quantized dtype (qint8(scale)...), got "
+                        f"{getattr(x, 'dtype', type(x).__name__)}")
+    return q
 
 
-def _from_acc(acc, acc_scale, dtype, nonlinear_mode):
-    """A qint32 tensor of the integer accumulator ``acc``, ``relu``-ed if asked, converted to
-    ``dtype`` (when given)."""
-    mode = str(nonlinear_mode).lower()
-    if mode not in ("identity", "relu"):
-        raise NotImplementedError(f"quantized nonlinear_mode {nonlinear_mode!r} is not "
-                                  "supported by mge (identity, relu)")
-    if mode == "relu":
-        acc = np.maximum(acc, 0.0)
-    qdt = _dt.qint32(np.float32(acc_scale))
-    out = Tensor(np.clip(acc, -2 ** 31, 2 ** 31 - 1).astype(np.int32).astype(qdt), dtype=qdt)
-    if dtype is not None:
-        out = out.astype(dtype)
-    return out
+def _out_param(dtype):
+    # an output dtype as an op parameter: its qspec, a plain numpy dtype, or None (qint32)
+    if dtype is None:
+        return None
+    q = qspec(dtype)
+    return q if q is not None else np.dtype(dtype)
 
 
-def _conv_int(x, w, stride, padding, dilation, groups, conv_mode):
-    """Integer-valued 2D cross-correlation ``(N, C, H, W) x (OC, C/g, KH, KW)`` in float64."""
-    if str(conv_mode).lower() == "convolution":
-        w = w[..., ::-1, ::-1]
-    (sh, sw), (ph, pw), (dh, dw) = stride, padding, dilation
-    if w.ndim == 5:
-        w = w.reshape((-1,) + w.shape[2:])
-    n, c, h, wd = x.shape
-    oc, cg, kh, kw = w.shape
-    xp = np.pad(x, ((0, 0), (0, 0), (ph, ph), (pw, pw)))
-    oh = (h + 2 * ph - dh * (kh - 1) - 1) // sh + 1
-    ow = (wd + 2 * pw - dw * (kw - 1) - 1) // sw + 1
-    out = np.zeros((n, oc, oh, ow), np.float64)
-    ocg = oc // groups
-    for g in range(groups):
-        xs = xp[:, g * cg:(g + 1) * cg]
-        ws = w[g * ocg:(g + 1) * ocg]
-        for i in range(kh):
-            for j in range(kw):
-                patch = xs[:, :, i * dh:i * dh + sh * (oh - 1) + 1:sh,
-                           j * dw:j * dw + sw * (ow - 1) + 1:sw]
-                out[:, g * ocg:(g + 1) * ocg] += np.einsum("nchw,oc->nohw", patch,
-                                                           ws[:, :, i, j])
-    return out
+def _conv_op(cls, fn, inp, weight, bias, dtype, stride, padding, dilation, groups,
+             nonlinear_mode, conv_mode, compute_mode):
+    if not isinstance(inp, Tensor):
+        inp = Tensor(inp)
+    op = cls(_pair(stride), _pair(padding), _pair(dilation), int(groups),
+             str(nonlinear_mode).lower(), str(conv_mode).lower(), str(compute_mode).lower(),
+             _out_param(dtype), _spec(inp, "inp", fn), _spec(weight, "weight", fn),
+             None if bias is None else _spec(bias, "bias", fn))
+    args = (inp, weight) if bias is None else (inp, weight, bias)
+    return apply(op, *args)[0]
 
 
 def conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,
@@ -109,21 +79,8 @@ def conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,
         conv_mode: ``"cross_correlation"`` or ``"convolution"``.
         compute_mode: accepted for MegEngine's signature (integer sums are exact).
     """
-    del compute_mode
-    x, s_in = _int_values(inp, "inp")
-    w, s_w = _int_values(weight, "weight")
-    if x.ndim != 4:
-        raise NotImplementedError(f"mge's quantized conv_bias_activation takes NCHW inputs, got "
-                                  f"shape {x.shape}")
-    acc = _conv_int(x, w, _pair(stride), _pair(padding), _pair(dilation), int(groups),
-                    conv_mode)
-    acc_scale = np.float32(s_in) * np.float32(s_w)
-    if bias is not None:
-        b, s_b = _int_values(bias, "bias")
-        if not np.isclose(s_b, acc_scale, rtol=1e-6):
-            b = np.round(b * s_b / acc_scale)
-        acc = acc + b.reshape(1, -1, 1, 1)
-    return _from_acc(acc, acc_scale, dtype, nonlinear_mode)
+    return _conv_op(ConvBias, "conv_bias_activation", inp, weight, bias, dtype, stride, padding,
+                    dilation, groups, nonlinear_mode, conv_mode, compute_mode)
 
 
 def batch_conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=None,
@@ -135,21 +92,10 @@ def batch_conv_bias_activation(inp: Tensor, weight: Tensor, bias: Tensor, dtype=
     r"""Quantized convolution with one kernel per batch item (``weight`` is
     ``(N, OC, C, KH, KW)``), bias and activation, for inference; arguments as
     :func:`conv_bias_activation` (``groups`` must be 1)."""
-    del compute_mode
     if groups != 1:
         raise NotImplementedError("batch_conv_bias_activation: groups must be 1")
-    x, s_in = _int_values(inp, "inp")
-    w, s_w = _int_values(weight, "weight")
-    acc = np.concatenate([
-        _conv_int(x[i:i + 1], w[i], _pair(stride), _pair(padding), _pair(dilation), 1,
-                  conv_mode) for i in range(x.shape[0])])
-    acc_scale = np.float32(s_in) * np.float32(s_w)
-    if bias is not None:
-        b, s_b = _int_values(bias, "bias")
-        if not np.isclose(s_b, acc_scale, rtol=1e-6):
-            b = np.round(b * s_b / acc_scale)
-        acc = acc + b.reshape(1, -1, 1, 1)
-    return _from_acc(acc, acc_scale, dtype, nonlinear_mode)
+    return _conv_op(BatchConvBias, "batch_conv_bias_activation", inp, weight, bias, dtype,
+                    stride, padding, dilation, groups, nonlinear_mode, conv_mode, compute_mode)
 
 
 def conv_transpose2d(inp: Tensor, weight: Tensor, bias: Tensor = None, dtype=None,
@@ -169,46 +115,27 @@ def conv_transpose2d(inp: Tensor, weight: Tensor, bias: Tensor = None, dtype=Non
         raise NotImplementedError("group quantized transposed conv2d is not supported yet.")
     if bias is not None:
         raise NotImplementedError("bias of quantized transposed conv2d is not supported yet.")
-    x, s_in = _int_values(inp, "inp")
-    w, s_w = _int_values(weight, "weight")
-    (sh, sw), (ph, pw), (dh, dw) = _pair(stride), _pair(padding), _pair(dilation)
-    oph, opw = _pair(output_padding)
-    n, ic, h, wd = x.shape
-    _, oc, kh, kw = w.shape
-    full_h = (h - 1) * sh + dh * (kh - 1) + 1 + oph
-    full_w = (wd - 1) * sw + dw * (kw - 1) + 1 + opw
-    full = np.zeros((n, oc, full_h + ph, full_w + pw), np.float64)
-    for i in range(kh):
-        for j in range(kw):
-            contrib = np.einsum("nchw,co->nohw", x, w[:, :, i, j])
-            full[:, :, i * dh:i * dh + sh * (h - 1) + 1:sh,
-                 j * dw:j * dw + sw * (wd - 1) + 1:sw] += contrib
-    oh = (h - 1) * sh - 2 * ph + dh * (kh - 1) + oph + 1
-    ow = (wd - 1) * sw - 2 * pw + dw * (kw - 1) + opw + 1
-    acc = full[:, :, ph:ph + oh, pw:pw + ow]
-    return _from_acc(acc, np.float32(s_in) * np.float32(s_w), dtype, "identity")
-
-
-_UNARY = {"abs", "sin", "cos", "tan", "exp", "log", "relu", "sigmoid", "tanh", "neg", "negate",
-          "floor", "ceil", "round", "h_swish", "hswish", "erf", "silu", "gelu", "sqrt",
-          "square", "log1p", "expm1", "acos", "asin", "atan", "sinh", "cosh", "asinh",
-          "acosh", "atanh", "relu6", "softplus", "logsigmoid", "sign"}
+    fn = "conv_transpose2d"
+    op = QuantizedConvolutionBackwardData(
+        _pair(stride), _pair(padding), _pair(output_padding), _pair(dilation), 1,
+        "cross_correlation", "default", _out_param(dtype), _spec(inp, "inp", fn),
+        _spec(weight, "weight", fn))
+    return apply(op, weight, inp)[0]
 
 
 def _elemwise_multi_type(*args, mode, dtype=None):
     r"""MegEngine's ``ElemwiseMultiType`` for its quantized ``q*`` modes (``qadd``,
     ``qmul``, ``qfuse_add_relu``, ``qabs``...): dequantize the inputs, apply the float
-    elementwise op ``mode[1:]``, quantize to ``dtype``."""
-    from ..module.misc import Elemwise
-
+    elementwise op ``mode[1:]``, quantize to ``dtype`` (None: the float result).  Inputs that
+    are not tensors become float32 tensors."""
     m = str(mode).lower()
     if not m.startswith("q"):
         raise NotImplementedError(f"_elemwise_multi_type: only the quantized modes (q*) are "
                                   f"provided by mge, got {mode!r}")
-    floats = [a.astype("float32") if isinstance(a, Tensor) and _dt.is_quantize(a.dtype)
-              else a for a in args]
-    out = Elemwise(m[1:])(*floats)
-    return out.astype(dtype) if dtype is not None else out
+    ins = tuple(a if isinstance(a, Tensor) else Tensor(np.asarray(a, dtype=np.float32))
+                for a in args)
+    op = ElemwiseMultiType(m, _out_param(dtype), tuple(qspec(a.dtype) for a in ins))
+    return apply(op, *ins)[0]
 
 
 def _elwise(*args, mode):

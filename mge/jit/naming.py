@@ -46,7 +46,11 @@ COMMUTATIVE_MODES = frozenset({"ADD", "FUSE_ADD_RELU", "FUSE_ADD_SIGMOID", "FUSE
 
 # mge's op classes that are MegEngine's ops under another name (OpDef.make_name's)
 _OP_RENAMES = {"CumSum": "Cumsum", "MatInv": "MatrixInverse", "Pad": "Padding",
-               "Resize3D": "Resize"}
+               "Resize3D": "Resize", "QuantizedTypeCvt": "TypeCvt",
+               "QuantizedMatrixMul": "MatrixMul",
+               "QuantizedConvolutionBackwardData": "ConvolutionBackwardData"}
+# mge's op classes named by their mode, as MegEngine's Elemwise and ElemwiseMultiType ("QADD")
+_BY_MODE = frozenset({"Elemwise", "QuantizedElemwise", "ElemwiseMultiType"})
 # mge's Elemwise modes whose MegEngine name is not their upper-case spelling
 _MODE_RENAMES = {"neg": "NEGATE", "logaddexp": "LOG_SUM_EXP", "hswish": "H_SWISH",
                  "hswish_grad": "H_SWISH_GRAD"}
@@ -58,7 +62,7 @@ def opr_name(op):
     class (``"MatrixMul"``, ``"TypeCvt"``); mge's ops that MegEngine has under another name get
     that name (``CumSum`` is ``"Cumsum"``), ops of mge's own keep their class name."""
     cls = type(op).__name__
-    if cls == "Elemwise":
+    if cls in _BY_MODE:
         mode = op.mode
         return _MODE_RENAMES.get(mode) or str(mode).upper()
     return _OP_RENAMES.get(cls, cls)

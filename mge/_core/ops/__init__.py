@@ -17,3 +17,4 @@ from .rng import *  # noqa: F401,F403
 from .creation import *  # noqa: F401,F403
 from .optimizer import *  # noqa: F401,F403
 from .nn import *  # noqa: F401,F403
+from .quantized import *  # noqa: F401,F403

@@ -200,33 +200,16 @@ def _qrange(cname):
 
 
 def _typecvt_quantized(x, dtype):
-    """``x.astype(dtype)`` where ``x``'s dtype or ``dtype`` is quantized (MegEngine's TypeCvt):
-    a quantized value is dequantized (``scale * (q - zero_point)``), a value converted to a
-    quantized dtype is quantized (``round(v / scale) + zero_point``, clipped to the range), so
-    that converting between scales requantizes.  Computed with ordinary ops."""
-    from ... import functional as F
+    """``x.astype(dtype)`` where ``x``'s dtype or ``dtype`` is quantized: MegEngine's TypeCvt, one
+    op (``QuantizedTypeCvt``, which carries both quantizations as parameters): a quantized value
+    is dequantized (``scale * (q - zero_point)`` in float32), a value converted to a quantized
+    dtype is quantized (``round(v / scale) + zero_point``, halves away from zero, clipped to the
+    range), so that converting between scales requantizes."""
     from ..._core import _accel
-    from ..._core.ops.elemwise import TypeCvt
+    from ..._core.ops.quantized import QuantizedTypeCvt, qspec
     apply = _accel.load("mge._core.dispatch").apply
-    src = x.dtype
-    smeta = src.metadata.get("mgb_dtype") if src.metadata else None
-    dmeta = dtype.metadata.get("mgb_dtype") if dtype.metadata else None
-    v = x
-    if smeta is not None:
-        v = apply(TypeCvt(np.dtype("float32")), x)[0]
-        if "zero_point" in smeta:
-            v = v - float(smeta["zero_point"])
-        v = v * float(smeta["scale"])
-    if dmeta is None:
-        return v if v.dtype == dtype and not v.dtype.metadata else apply(TypeCvt(dtype), v)[0]
-    if v.dtype.kind != "f":
-        v = apply(TypeCvt(np.dtype("float32")), v)[0]
-    q = F.round(v / float(dmeta["scale"]))
-    if "zero_point" in dmeta:
-        q = q + float(dmeta["zero_point"])
-    qmin, qmax = _qrange(dmeta["name"])
-    q = F.clip(q, qmin, qmax)
-    return apply(TypeCvt(dtype), q)[0]
+    dst = qspec(dtype)
+    return apply(QuantizedTypeCvt(dst if dst is not None else dtype, qspec(x.dtype)), x)[0]
 
 
 _MISSING = {"intb1", "intb2", "intb4"}

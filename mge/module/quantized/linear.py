@@ -1,8 +1,8 @@
 """Quantized ``Linear`` and ``LinearRelu``."""
 import numpy as np
 
-from ...core.tensor import dtype
-from ...functional.quantized import _from_acc, _int_values
+from ..._core.ops.quantized import QuantizedElemwise, QuantizedMatrixMul, qspec
+from ...core import apply
 from ...tensor import Parameter
 from ..qat import linear as QAT
 from .module import QuantizedModule
@@ -26,14 +26,27 @@ class Linear(QuantizedModule):
         if self.training:
             raise ValueError("quantized module only support inference.")
         assert nonlinear_mode in ["identity", "relu"]
-        x, s_in = _int_values(inp, "inp")
-        w, s_w = _int_values(self.weight, "weight")
-        acc_scale = np.float32(s_in) * np.float32(s_w)
-        acc = x @ w.T
+        inp_q, w_q = qspec(inp.dtype), qspec(self.weight.dtype)
+        if inp_q is None or w_q is None:
+            raise TypeError(f"quantized Linear: the input and the weight must have quantized "
+                            f"dtypes, got {inp.dtype} and {self.weight.dtype}")
+        # MegEngine's graph: MatrixMul (qint32), ADD of the bias as qint32 of the accumulator's
+        # scale (the ADD converts it, as MegBrain folds the TypeCvt of the constant bias into a
+        # constant), then TypeCvt; relu is taken in the int32 domain, before the conversion
+        mm = QuantizedMatrixMul(False, True, "default", inp_q, w_q)
+        ret = apply(mm, inp, self.weight)[0]
+        acc = mm.acc_spec
         if self.bias is not None:
-            b, _ = _int_values(self.bias.astype(dtype.qint32(acc_scale)), "bias")
-            acc = acc + b
-        return _from_acc(acc, acc_scale, self.output_dtype, nonlinear_mode)
+            bias = self.bias
+            b_q = qspec(bias.dtype)
+            if b_q is not None and b_q[0] != "QuantizedS32":
+                raise TypeError(f"quantized Linear: the bias must be float or qint32, got "
+                                f"{bias.dtype}")
+            add = QuantizedElemwise("add", acc, (acc, b_q if b_q is not None else bias.dtype))
+            ret = apply(add, ret, bias)[0]
+        if nonlinear_mode == "relu":
+            ret = apply(QuantizedElemwise("relu", acc), ret)[0]
+        return ret if self.output_dtype is None else ret.astype(self.output_dtype)
 
     def forward(self, inp):
         return self.calc_linear_quantized(inp)
