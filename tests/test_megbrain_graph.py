@@ -249,3 +249,24 @@ def test_trace_dump_float16_option():
     f.dump(plain, enable_io16xc32=True)
     plain.seek(0)
     assert G.load_graph(plain).output_vars_list[0].dtype == np.float32
+
+
+def test_quantized_dtypes_survive_dump_and_load():
+    import mge.core.tensor.dtype as qd
+
+    @trace(symbolic=True, capture_as_const=True)
+    def f(x):
+        return x.astype(qd.quint8(0.5, 3))
+
+    x = (rng.rand(2, 3) * 50).astype("float32")
+    want = f(mge.tensor(x))
+    buf = io.BytesIO()
+    f.dump(buf, output_names=["q"])
+    buf.seek(0)
+    got = mge.jit.load(buf)(x)
+    assert got.dtype.metadata == want.dtype.metadata
+    np.testing.assert_equal(got.numpy(), want.numpy())
+    buf.seek(0)
+    (out,) = G.load_graph(buf).output_vars_list
+    assert out.dtype.metadata["mgb_dtype"] == {"name": "Quantized8Asymm", "scale": 0.5,
+                                               "zero_point": 3}

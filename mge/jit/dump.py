@@ -13,7 +13,8 @@ The format (``FORMAT_NAME`` ``"mge-model"``, version ``FORMAT_VERSION``) is a zi
     newer one); ``"producer"``: ``"mge <version>"`` (informational);
   - ``"vars"``: one ``[shape, dtype, device]`` per value of the model, numbered from 0 -- the
     shape a list of ints (``null`` where unknown until run, as for ``cond_take``), the dtype a
-    numpy name (``"float32"``), the device a name (``"cpu0:0"``);
+    numpy name (``"float32"``; a quantized dtype ``{"qdtype": [numpy name, MegEngine name,
+    scale, zero point or null]}``), the device a name (``"cpu0:0"``);
   - ``"inputs"``: ``{"name", "var", "shape", "dtype"}`` per argument of the traced function, in
     order (the order a positional call uses);
   - ``"outputs"``: ``{"name", "var"}`` per tensor the traced function returned, in order;
@@ -25,7 +26,12 @@ The format (``FORMAT_NAME`` ``"mge-model"``, version ``FORMAT_VERSION``) is a zi
     a model file never imports other code), ``params`` the op's parameters by name, ``inputs``
     and ``outputs`` lists of vars.  Each var is an input, a constant or the output of exactly one
     earlier op;
-  - ``"user_info"`` (optional): the ``user_info`` given to ``trace.dump``.
+  - ``"user_info"`` (optional): the ``user_info`` given to ``trace.dump``;
+  - optional, for the graph view of the file (``megbrain_graph.load_graph``, ``Network``):
+    ``"name"`` (and ``"priority"``) of an op or a constant, ``"var_names"`` (``[var, name]``
+    pairs: the names the file keeps) and ``"metadata"`` (``graph_modified``,
+    ``optimized_for_inference``, ``optimize_options``; ``user_info_pickle``: the archive member
+    of a pickled ``user_info``, written by ``Network.dump`` only and never read by :func:`load`).
 
   Parameters and ``user_info`` are JSON values, with one-key objects as type tags for what JSON
   lacks: ``{"tuple": [...]}``, ``{"dict": [[key, value], ...]}``, ``{"dtype": "int32"}``,
@@ -135,9 +141,16 @@ def _encode(v, where):
 
 
 def _dtype_name(d, where):
+    # a dtype as JSON: its numpy name, or for a quantized dtype (numpy metadata "mgb_dtype")
+    # {"qdtype": [numpy name, MegEngine name, scale, zero point or null]}
     d = np.dtype(d)
     if d.kind not in _DTYPE_KINDS or d.fields is not None or not d.isnative:
         raise TypeError(f"{where}: a model file cannot hold dtype {d}")
+    meta = (d.metadata or {}).get("mgb_dtype")
+    if meta is not None:
+        zp = meta.get("zero_point")
+        return {"qdtype": [d.name, str(meta["name"]), float(meta["scale"]),
+                           None if zp is None else int(zp)]}
     return d.name
 
 
@@ -146,6 +159,16 @@ class _Bad(Exception):
 
 
 def _dtype_of(name):
+    if isinstance(name, dict) and set(name) == {"qdtype"}:
+        q = name["qdtype"]
+        if not (isinstance(q, list) and len(q) == 4 and isinstance(q[1], str)
+                and isinstance(q[2], (int, float)) and (q[3] is None or isinstance(q[3], int))):
+            raise _Bad(f"bad quantized dtype {name!r}")
+        base = _dtype_of(q[0])
+        meta = {"name": q[1], "scale": float(q[2])}
+        if q[3] is not None:
+            meta["zero_point"] = int(q[3])
+        return np.dtype(base.name, metadata={"mgb_dtype": meta})
     if not isinstance(name, str):
         raise _Bad(f"a dtype must be a name, got {name!r}")
     try:
