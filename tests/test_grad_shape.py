@@ -16,7 +16,7 @@ from helpers import exact_tensor as _t, indices as _idx, randn
 from mge._core.device import as_device
 from mge._core.autodiff.registry import BACKWARD
 from mge._core.ops import (
-    AddAxis, Arange, Broadcast, Concat, CondTake, Diag, Dimshuffle, Eye, Fill, Gather,
+    AddAxis, Arange, Broadcast, BroadcastTo, Concat, CondTake, Diag, Dimshuffle, Eye, Fill, Gather,
     Linspace, RemoveAxis, Repeat, Reshape, Roll, Scatter, ScatterAdd, Split, Stack, Tile, Where,
 )
 from mge._core.ops import creation, shape
@@ -36,6 +36,8 @@ def _cases():
     c += [(Broadcast((2, 3, 4)), [_x(3, 1)]), (Broadcast((2, 3)), [np.array(_x())]),
           (Broadcast((3,)), [_x(1)]), (Broadcast((2, 3)), [_x(2, 3)]),
           (Broadcast((2, 3, 5)), [_x(1, 3, 1)]), (Broadcast((4, 2, 3)), [_x(2, 1)])]
+    c += [(BroadcastTo(), [_x(3, 1), np.array([2, 3, 4], np.int32)]),
+          (BroadcastTo(), [_x(1, 3, 1), np.array([2, 3, 5], np.int32)])]
     c += [(Dimshuffle((1, 0)), [_x(2, 3)]), (Dimshuffle((2, 0, 1)), [_x(2, 3, 4)]),
           (Dimshuffle(("x", 1, "x", 0)), [_x(2, 3)]), (Dimshuffle(("x",)), [np.array(_x())]),
           (Dimshuffle((0, 1)), [_x(2, 3)])]

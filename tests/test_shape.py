@@ -394,3 +394,52 @@ def test_split_bad_sections_message_is_megengine_s():
     with pytest.raises(ValueError) as e:
         F.split(x, [3, 2, 5], axis=1)
     assert str(e.value) == "Invalid nsplits_or_secions: [3, 2, 5]"
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_broadcast_to_a_shape_tensor_inside_a_trace(symbolic):
+    # the shape tensor stays an input of the op (MegEngine's Broadcast): each call may broadcast
+    # to another shape without a TraceError; None keeps the input's size
+    from mge.autodiff import GradManager
+    from mge.jit import trace
+    a = arr((1, 3, 1))
+
+    @trace(symbolic=symbolic)
+    def f(x, shape):
+        return F.broadcast_to(x, shape)
+
+    for target in [(2, 3, 3), (3, 3, 3), (1, 3, 1)]:
+        y = f(mge.tensor(a), mge.tensor(target))
+        assert y._tuple_shape == target
+        check(y, np.broadcast_to(a, target))
+    for target in [(2, None, 3), (3, None, 3)]:
+        y = f(mge.tensor(a), tuple(None if s is None else mge.tensor(s) for s in target))
+        want = tuple(3 if s is None else s for s in target)
+        check(y, np.broadcast_to(a, want))
+
+    @trace(symbolic=symbolic)
+    def g(x, shape):
+        # (a reduction of the result inside a symbolic trace would need its shape while recording)
+        return F.broadcast_to(x * 2, shape)
+
+    x = mge.Parameter(a)
+    gm = GradManager().attach([x])
+    for n in (2, 4):
+        with gm:
+            gm.backward(g(x, mge.tensor((n, 3, 5))).sum())
+        check(x.grad, np.full((1, 3, 1), 2.0 * n * 5, np.float32))
+        x.grad = None
+
+
+def test_broadcast_to_a_shape_tensor_checks_the_shape_when_it_runs():
+    from mge.jit import trace
+
+    @trace(symbolic=False)
+    def f(x, shape):
+        return F.broadcast_to(x, shape)
+
+    check(f(mge.tensor(arr((3,))), mge.tensor((2, 3))), np.broadcast_to(arr((3,)), (2, 3)))
+    with pytest.raises(RuntimeError, match="cannot broadcast"):
+        f(mge.tensor(arr((3,))), mge.tensor((2, 4))).numpy()
+    with pytest.raises(TypeError, match="integer"):
+        f(mge.tensor(arr((3,))), mge.tensor((2.0, 3.0)))

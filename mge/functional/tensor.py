@@ -10,7 +10,7 @@ from .._core.ops.creation import Arange, Eye, Fill, Linspace
 from .._core.ops.misc import Copy
 from .._core.ops.elemwise import ComplexPart, CreateComplex
 from .._core.ops.shape import (
-    AddAxis, Broadcast, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
+    AddAxis, Broadcast, BroadcastTo, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
     Roll, Scatter, Split, Stack, Tile, Where,
 )
 from ..core import apply
@@ -288,12 +288,51 @@ def flatten(inp, start_axis=0, end_axis=-1):
     return reshape(inp, shape[:s] + (n,) + shape[e + 1:])
 
 
+def _traced_shape_tensor(shape):
+    # Inside a traced function a shape given as tensors stays an input of the op (MegEngine's
+    # shape input), so each call may use another shape; elsewhere its value is read at once.
+    if not (isinstance(shape, Tensor) or isinstance(shape, (list, tuple))
+            and any(isinstance(s, Tensor) for s in shape)):
+        return False
+    from ..jit.tracing import is_tracing
+    return is_tracing()
+
+
+def _shape_tensor(inp, shape, fname):
+    """A 1-d int32 tensor of ``shape`` (a tensor, or entries that are ints, 0-d or (1,)-shaped
+    integer tensors, or ``None`` for the input's size on that axis, counted from the end)."""
+    if isinstance(shape, Tensor):
+        if shape.dtype.kind not in "iu":
+            raise TypeError(f"{fname}: a shape tensor must be integer, got dtype {shape.dtype}")
+        return shape.reshape(-1) if shape.ndim != 1 else shape
+    src = inp.shape
+    off = len(shape) - len(src)
+    parts = []
+    for i, s in enumerate(shape):
+        if s is None:
+            if i < off:
+                raise ValueError(f"{fname}: None in {tuple(shape)} has no matching input axis "
+                                 f"({src})")
+            s = src[i - off]
+        if isinstance(s, Tensor):
+            if s.dtype.kind not in "iu" or s.size != 1:
+                raise TypeError(f"{fname}: shape entries must be integers, got a tensor of "
+                                f"dtype {s.dtype} and shape {s.shape}")
+            parts.append(s.reshape(1).astype(_int32))
+        else:
+            parts.append(Tensor([_int(s, fname, "shape entries")], dtype=_int32,
+                                device=inp.device))
+    return concat(parts) if len(parts) > 1 else parts[0]
+
+
 def broadcast_to(inp, shape):
     """Broadcast ``inp`` to ``shape`` (numpy rules); a ``None`` entry keeps the input's size.
 
     Signature: ``broadcast_to(inp, shape)``.
     """
     inp = _tensor(inp, "broadcast_to")
+    if _traced_shape_tensor(shape):
+        return apply(BroadcastTo(), inp, _shape_tensor(inp, shape, "broadcast_to"))[0]
     shape = _shape(shape, "broadcast_to", allow_none=True)
     if None in shape:
         src = inp.shape

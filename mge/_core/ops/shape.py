@@ -13,7 +13,7 @@ from .creation import *  # noqa: F401,F403
 from .creation import __all__ as _creation_all
 
 __all__ = [
-    "Reshape", "Broadcast", "Dimshuffle", "AddAxis", "RemoveAxis", "Concat", "Stack", "Split",
+    "Reshape", "Broadcast", "BroadcastTo", "Dimshuffle", "AddAxis", "RemoveAxis", "Concat", "Stack", "Split",
     "Tile", "Repeat", "Roll", "Where", "CondTake", "Gather", "Scatter", "ScatterAdd", "Diag",
 ] + list(_creation_all)
 
@@ -43,6 +43,15 @@ class Broadcast(OpDef):
     """Numpy broadcasting of the input to ``shape``."""
 
     _fields = ("shape",)
+    long_running = False
+    complex_ok = True
+
+
+class BroadcastTo(OpDef):
+    """``(x, shape) ->`` ``x`` broadcast to the shape held by the 1-d integer tensor ``shape``
+    (MegEngine's ``Broadcast`` with a shape input): the output shape is known once it ran, so a
+    traced function may broadcast to another shape in each call."""
+
     long_running = False
     complex_ok = True
 
@@ -216,6 +225,27 @@ def _infer_broadcast(op, descs):
 
 
 # -- axes -----------------------------------------------------------------------------------------
+@def_infer(BroadcastTo)
+def _infer_broadcast_to(op, descs):
+    _nargs(op, descs, 2)
+    (shape, dtype), (sshape, sdtype) = descs
+    if sdtype.kind not in "iu" or (sshape is not None and len(sshape) != 1):
+        raise op_error(TypeError, op, "the target shape must be a 1-d integer tensor", descs)
+    if sshape is not None and shape is not None and sshape[0] < len(shape):
+        raise op_error(BroadcastError, op, f"cannot broadcast shape {shape} to {sshape[0]} axes",
+                       descs)
+    return [TensorDesc(None, dtype)]
+
+
+def broadcast_target(op, shape, target):
+    """``target`` (a tuple of ints) if ``shape`` broadcasts to it; ``BroadcastError`` otherwise."""
+    ok = len(shape) <= len(target) and all(
+        s == t or s == 1 for s, t in zip(shape[::-1], target[::-1]))
+    if not ok or any(t < 0 for t in target):
+        raise op_error(BroadcastError, op, f"cannot broadcast shape {shape} to {target}")
+    return target
+
+
 @def_infer(Dimshuffle)
 def _infer_dimshuffle(op, descs):
     _nargs(op, descs, 1)

@@ -9,7 +9,7 @@ from ...ops.creation import Fill
 from ...ops.indexing import IndexingSetMultiAxisVec, SetSubtensor, Subtensor
 from ...ops.reduce import Reduce
 from ...ops.shape import (
-    AddAxis, Broadcast, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
+    AddAxis, Broadcast, BroadcastTo, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
     Roll, Scatter, ScatterAdd, Split, Stack, Tile, Where,
 )
 from .. import gradutil as gu
@@ -70,6 +70,11 @@ def _grad_broadcast(op, inputs, outputs, grads, needs):
     return [grad_like(gu.sum_to(grads[0], inputs[0].shape), inputs[0])]
 
 
+@grad_rule(BroadcastTo)
+def _grad_broadcast_to(op, inputs, outputs, grads, needs):
+    return [grad_like(gu.sum_to(grads[0], inputs[0].shape), inputs[0]), None]
+
+
 @grad_rule(Dimshuffle)
 def _grad_dimshuffle(op, inputs, outputs, grads, needs):
     g = grads[0]
@@ -95,7 +100,7 @@ def _no_values(op):
 
 
 # these rules read only their input's shape and dtype
-for _cls in (Reshape, Broadcast, AddAxis, RemoveAxis):
+for _cls in (Reshape, Broadcast, BroadcastTo, AddAxis, RemoveAxis):
     READS_INPUTS[_cls] = _no_values
 del _cls
 

@@ -5,9 +5,10 @@ Kernels may return numpy views of their inputs: the storage of a tensor is never
 import numpy as np
 
 from ....ops.shape import (
-    AddAxis, Broadcast, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
+    AddAxis, Broadcast, BroadcastTo, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
     Roll, Scatter, ScatterAdd, Split, Stack, Tile, Where,
 )
+from ....ops.shape import broadcast_target
 from ..table import def_kernel
 
 _int32 = np.dtype("int32")
@@ -22,6 +23,12 @@ def _cpu_reshape(op, x):
 @def_kernel(Broadcast)
 def _cpu_broadcast(op, x):
     return (np.broadcast_to(x, op.shape),)
+
+
+@def_kernel(BroadcastTo)
+def _cpu_broadcast_to(op, x, shape):
+    target = broadcast_target(op, x.shape, tuple(int(v) for v in shape.reshape(-1).tolist()))
+    return (np.broadcast_to(x, target),)
 
 
 @def_kernel(Dimshuffle)
