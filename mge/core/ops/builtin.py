@@ -822,8 +822,10 @@ _op("LAMBUpdate", {"beta_1": 1.0, "beta_2": 1.0, "step": 1.0, "lr": 1.0, "weight
         "new exp_avg_sq, new param)`` for the step ``step``, computed as mge's "
         "``optimizer.LAMB`` computes it.", _apply=_lamb_apply)
 _op("ElemwiseMultiType", {"mode": "", "dtype": None},
-    doc="MegEngine's quantized elementwise op; applying it raises ``NotImplementedError`` (mge "
-        "has no quantized kernels).")
+    doc="MegEngine's quantized elementwise op (its ``q*`` modes: ``qadd``, ``qmul``...), as "
+        "``mge.functional.quantized._elemwise_multi_type``.",
+    _apply=lambda self, inputs: (_F().quantized._elemwise_multi_type(
+        *inputs, mode=str(self.mode).lower(), dtype=self.dtype),))
 _op("ParamPackConcat", {"offsets": []},
     doc="``(*xs, offsets) ->`` one flat tensor of the inputs, each at its offset.",
     _apply=lambda self, inputs: (_F().concat([_F().flatten(t) for t in inputs[:-1]]),))

@@ -27,8 +27,10 @@ def _matmul(inp1, inp2, transpose_a=False, transpose_b=False, compute_mode="defa
 
 
 def _elemwise_multi_type(*args, mode, **kwargs):
-    """MegEngine's quantized elementwise ops: mge has no quantized kernels."""
-    raise NotImplementedError(f"ElemwiseMultiType {mode}: mge has no quantized kernels")
+    """MegEngine's quantized elementwise ops (``ElemwiseMultiType``'s ``q*`` modes), as
+    ``mge.functional.quantized._elemwise_multi_type``."""
+    from ...functional.quantized import _elemwise_multi_type as impl
+    return impl(*args, mode=mode, **kwargs)
 
 
 class ArrayMethodMixin(abc.ABC):
