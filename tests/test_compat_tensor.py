@@ -118,11 +118,41 @@ def test_builtin_op_parameters_settable():
         op.no_such_param = 1
 
 
-def test_make_backward_graph_is_megbrain_only():
+def test_make_backward_graph_masks_and_runs_the_rule():
+    # MegEngine's masks over (inputs, outputs, output grads); the backward runs mge's rule
     from mge.core._imperative_rt import TensorAttr, imperative
-    from mge.core.ops.builtin import Elemwise
-    with pytest.raises(NotImplementedError, match="MegBrain"):
-        imperative.make_backward_graph(Elemwise(Elemwise.Mode.RELU), [TensorAttr()], [True], [True])
+    from mge.core.ops.builtin import Elemwise, Reshape
+    M = Elemwise.Mode
+
+    def attrs(*shapes):
+        return [TensorAttr(shape=s, dtype="float32", comp_node="xpux") for s in shapes]
+
+    g, save, has = imperative.make_backward_graph(Elemwise(M.RELU), attrs(None), [True], [True])
+    assert save == [False, True, True] and has == [True]  # relu reads its output (MegEngine's)
+    rng = np.random.RandomState(3)
+    a, b, d = rng.randn(2, 3).astype("float32"), rng.randn(2, 1).astype("float32"), \
+        rng.randn(2, 3).astype("float32")
+    (dx,) = g(mge.tensor(np.maximum(a, 0)), mge.tensor(d))
+    np.testing.assert_array_equal(dx.numpy(), d * (a > 0))
+    g, save, has = imperative.make_backward_graph(Elemwise(M.MUL), attrs((2, 3), (2, 1)),
+                                                  [True, True], [True])
+    assert save == [True, True, False, True] and has == [True, True]  # as MegEngine's
+    da, db = g(mge.tensor(a), mge.tensor(b), mge.tensor(d))
+    np.testing.assert_allclose(da.numpy(), d * b, rtol=1e-6)
+    np.testing.assert_allclose(db.numpy(), (d * a).sum(1, keepdims=True), rtol=1e-5)
+    g, save, has = imperative.make_backward_graph(Elemwise(M.ADD), attrs((2, 1), (2, 3)),
+                                                  [False, True], [True])
+    assert save == [False, False, False, True] and has == [False, True]  # add reads no inputs
+    (db,) = g(mge.tensor(d))
+    np.testing.assert_array_equal(db.numpy(), d)
+    _, save, has = imperative.make_backward_graph(Elemwise(M.ADD), [TensorAttr(dtype="int32")] * 2,
+                                                  [True, True], [True])
+    assert has == [False, False]  # integers get no gradient
+    with pytest.raises(TypeError, match="expects 3 saved"):
+        imperative.make_backward_graph(Elemwise(M.MUL), attrs(None, None), [True, True],
+                                       [True])[0](mge.tensor(a))
+    with pytest.raises(NotImplementedError, match="Reshape"):
+        imperative.make_backward_graph(Reshape(), attrs(None), [True], [True])
 
 
 def test_astype_quantizes_and_dequantizes():
