@@ -234,7 +234,7 @@ def test_trace_dump_float16_option():
     x = np.array([0.5, 1.5], "float32")
     f(mge.tensor(x))
     buf = io.BytesIO()
-    f.dump(buf, optimize_for_inference=True, enable_io16xc32=True)
+    f.dump(buf, enable_io16xc32=True)  # optimize_for_inference is True by default
     buf.seek(0)
     ret = G.load_graph(buf)
     (out,) = ret.output_vars_list
@@ -246,7 +246,7 @@ def test_trace_dump_float16_option():
     np.testing.assert_allclose(got, np.exp(x.astype("float16")) + 1, rtol=1e-3)
     # without optimize_for_inference the option changes nothing (as in MegEngine)
     plain = io.BytesIO()
-    f.dump(plain, enable_io16xc32=True)
+    f.dump(plain, optimize_for_inference=False, enable_io16xc32=True)
     plain.seek(0)
     assert G.load_graph(plain).output_vars_list[0].dtype == np.float32
 

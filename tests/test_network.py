@@ -116,7 +116,7 @@ def test_unused_inputs_stay_model_inputs():
 
 def test_metadata_and_user_info():
     x = np.array([1, 2], "int32")
-    buf = _model(lambda v: v * 2, x, user_info="hello")
+    buf = _model(lambda v: v * 2, x, user_info="hello", optimize_for_inference=False)
     net = Network.load(buf)
     assert net.metadata == {"user_info": "hello", "graph_modified": False,
                             "optimized_for_inference": False}

@@ -123,3 +123,23 @@ def test_training_step_unchanged_by_simplification(level):
     w = mge.tensor(w0)
     np.testing.assert_array_equal(f(w, x).numpy(), step(w, x).numpy())
     np.testing.assert_array_equal(f(w, x).numpy(), step(w, x).numpy())
+
+
+@pytest.mark.parametrize("level", [0, 1])
+def test_dump_writes_the_simplified_graph(level):
+    import io
+
+    f = trace(lambda x: F.log(F.exp(x)) * 2, symbolic=True, opt_level=level,
+              capture_as_const=True)
+    x = mge.tensor([100.0, -3.0], dtype="float32")
+    traced = f(x).numpy()
+    buf = io.BytesIO()
+    result = f.dump(buf, arg_names=["x"])
+    # the ops: exp, log and mul recorded; at opt_level 1 the file holds the mul only
+    assert result.nr_opr == (1 + 1 + 3 if level == 0 else 1 + 1 + 1)
+    buf.seek(0)
+    loaded = mge.jit.load(buf)
+    np.testing.assert_array_equal(loaded(x).numpy(), traced)
+    y = np.float32([1.5, 2.0])
+    expect = np.log(np.exp(y)) * 2 if level == 0 else y * 2
+    np.testing.assert_array_equal(loaded(mge.tensor(y)).numpy(), expect)

@@ -49,6 +49,7 @@ A file that is not such an archive, is truncated or corrupt, or was written by a
 version gives a :class:`ModelFileError` (a ``ValueError``) naming the file and the problem.
 """
 import collections
+import copy
 import hashlib
 import importlib
 import io
@@ -69,7 +70,8 @@ from .._core.errors import TraceError
 from .._core.ops.base import INFER, OpDef
 from .._core.plugins import stack
 from ..tensor import Tensor
-from .program import compile_program
+from . import arith as _arith
+from .program import _Known, _resolve, compile_program
 
 __all__ = ["save", "load", "LoadedModel", "ModelInput", "ModelFileError", "DumpResult",
            "FORMAT_NAME", "FORMAT_VERSION"]
@@ -568,6 +570,7 @@ def dump_trace(traced, file, arg_names=None, output_names=None, *, append=False,
     given_outputs = output_names or None
     rec, names, output_names, out_tree = dump_names(traced, arg_names, output_names)
     _check_inference(rec)
+    rec = _simplified(rec, getattr(traced, "opt_level", 2))
     if fmt != "mge":
         writer(rec, file, names, output_names, user_info=user_info, **options)
         return None
@@ -622,6 +625,26 @@ def _dump_float16(rec, file, names, output_names, out_tree, user_info, append, k
     else:
         file.write(data)
     return result
+
+
+def _simplified(rec, opt_level):
+    """The recording as its graph is saved: at ``opt_level`` 1 and above with the arithmetic
+    rewrites of :mod:`mge.jit.arith` (MegBrain makes them while building the graph it dumps), so
+    the file holds the ops the compiled program runs.  A shallow copy: op indices stay (a
+    rewritten op takes the place of the original, a dropped one is left for dead-code
+    elimination), outputs follow the values they became."""
+    if opt_level < 1:
+        return rec
+    ops = list(rec.ops)
+    alias = {}
+    known = _Known({}, rec.snapshots, rec.descs)
+    _arith.simplify(ops, range(len(ops)), rec.descs, known, alias)
+    if not alias and ops == rec.ops:
+        return rec
+    view = copy.copy(rec)
+    view.ops = ops
+    view.outputs = [_resolve(alias, v) for v in rec.outputs]
+    return view
 
 
 def _dump_request(prefer_input_names, output_names):
@@ -978,7 +1001,10 @@ class LoadedModel:
         self._out_vars = [v for _, v in outputs]
         unique = list(dict.fromkeys(self._out_vars))
         try:
-            self._program = compile_program(_Graph(ops, descs), 0, len(ops), tuple(unique))
+            # opt_level 0: the file's ops as written (a trace's dump is simplified already, at
+            # the trace's opt_level), so a round trip gives the traced outputs
+            self._program = compile_program(_Graph(ops, descs), 0, len(ops), tuple(unique),
+                                            opt_level=0)
         except Exception as e:
             raise _Bad(f"its ops cannot be compiled ({type(e).__name__}: {e})") from None
         self._out_index = [unique.index(v) for v in self._out_vars]

@@ -353,7 +353,7 @@ class trace:
     def dump(self, file, arg_names=None, output_names=None, append=False, keep_var_name=1,
              keep_opr_name=False, keep_param_name=False, keep_opr_priority=False,
              no_change_graph=False, strip_info_file=None, append_json=False,
-             optimize_for_inference=False, user_info=None, enable_metadata=True,
+             optimize_for_inference=True, user_info=None, enable_metadata=True,
              input_data=None, repeat=1, silent=False, **kwargs):
         """Save the last call's recording as an mge model file, for ``mge.jit.load``; returns
         a ``mge.jit.dump.DumpResult`` (MegEngine's ``CompGraphDumpResult`` fields: op count,
@@ -387,7 +387,9 @@ class trace:
         MegEngine's other options are accepted and ignored: ``keep_param_name`` (the
         captured tensors are constants, named as the other vars), ``keep_opr_priority``,
         ``no_change_graph``,
-        ``strip_info_file``, ``append_json``, ``optimize_for_inference`` (the loaded program is
+        ``strip_info_file``, ``append_json``, ``optimize_for_inference`` (True by default, as in
+        MegEngine; it enables the ``enable_*`` float16 I/O options ``enable_io16xc32`` and
+        ``enable_ioc16``, and is recorded in the file's metadata; the loaded program is
         optimized as a replay's is), ``input_data``, ``repeat``, ``silent``, and the keywords
         ``no_assert``, ``maxerr``, ``resize_input``, ``input_transform``, ``dump_format``,
         ``model_version`` and ``enable_*`` (layout and precision passes); another keyword is a
