@@ -34,6 +34,10 @@ from test_grad_second_order import _case_modules
 
 # Ops with a kernel and no backward rule: none of their inputs ever needs a gradient.
 from mge.jit.program import MatrixMulPair, TracedProgram  # noqa: E402
+from mge._core.ops.quantized import (  # noqa: E402
+    BatchConvBias, ConvBias, ElemwiseMultiType, QuantizedConvolutionBackwardData,
+    QuantizedElemwise, QuantizedMatrixMul, QuantizedTypeCvt,
+)
 
 NO_RULE = {
     # An integer index tensor in, a one-hot tensor out: nothing to differentiate.
@@ -52,6 +56,10 @@ NO_RULE = {
     # Image ops with no gradient in MegEngine: NMS takes detached boxes and answers indices; the
     # colour conversions work on images (uint8 mostly), outside any model's recorded graph.
     NMSKeep, CvtColor,
+    # The quantized inference ops: quantized (integer) values get no gradients, and the quantized
+    # modules run in inference only, as in MegEngine.
+    QuantizedTypeCvt, ConvBias, BatchConvBias, QuantizedConvolutionBackwardData,
+    QuantizedMatrixMul, QuantizedElemwise, ElemwiseMultiType,
 }
 
 # Ops with a rule that no CASES list holds, and where that rule is tested instead.
