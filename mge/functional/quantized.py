@@ -126,13 +126,14 @@ def conv_transpose2d(inp: Tensor, weight: Tensor, bias: Tensor = None, dtype=Non
 def _elemwise_multi_type(*args, mode, dtype=None):
     r"""MegEngine's ``ElemwiseMultiType`` for its quantized ``q*`` modes (``qadd``,
     ``qmul``, ``qfuse_add_relu``, ``qabs``...): dequantize the inputs, apply the float
-    elementwise op ``mode[1:]``, quantize to ``dtype`` (None: the float result).  Inputs that
-    are not tensors become float32 tensors."""
+    elementwise op ``mode[1:]``, quantize to ``dtype`` (None: the float result).  Numbers and
+    arrays among the inputs become float32 tensors."""
     m = str(mode).lower()
     if not m.startswith("q"):
         raise NotImplementedError(f"_elemwise_multi_type: only the quantized modes (q*) are "
                                   f"provided by mge, got {mode!r}")
-    ins = tuple(a if isinstance(a, Tensor) else Tensor(np.asarray(a, dtype=np.float32))
+    ins = tuple(Tensor(np.asarray(a, dtype=np.float32))
+                if isinstance(a, (int, float, list, tuple, np.ndarray, np.generic)) else a
                 for a in args)
     op = ElemwiseMultiType(m, _out_param(dtype), tuple(qspec(a.dtype) for a in ins))
     return apply(op, *ins)[0]
