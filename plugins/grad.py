@@ -219,8 +219,17 @@ class GradTransformation(Transformation):
             return outputs
         node = None
         i = 0
+        int_flow = None
         for y in outputs:
-            if y._info.dtype.kind == "f":  # integer and bool values never get gradients
+            kind = y._info.dtype.kind
+            if kind != "f" and kind in "iu":
+                # an integer output gets gradients only from an attached integer tensor (as
+                # MegEngine's integer gradients): indices computed from floats never do
+                if int_flow is None:
+                    int_flow = any(s is not None and x._info.dtype.kind in "iu"
+                                   for x, s in zip(inputs, in_slots))
+                kind = "f" if int_flow else kind
+            if kind == "f":  # bool values, and integers of float inputs, never get gradients
                 if node is None:
                     keep = KEEPS_OUTPUTS.get(type(op))
                     if len(outputs) == 1 and (keep is None or not keep(op)):
@@ -308,9 +317,9 @@ class GradKey:
         self._check_alive("attach")
         if not isinstance(tensor, Tensor):
             raise TypeError(f"GradKey.attach: expected a Tensor, got {type(tensor).__name__}")
-        if not _is_float(tensor):
+        if tensor._info.dtype.kind not in "fiu":
             raise TypeError(
-                f"GradKey.attach: only floating point tensors can get gradients, got a tensor "
+                f"GradKey.attach: only float and integer tensors can get gradients, got a tensor "
                 f"of dtype {tensor.dtype} and shape {tensor.shape}"
             )
         if callback is not None and not callable(callback):

@@ -329,14 +329,21 @@ def test_needs_false_skips_the_input():
     assert BACKWARD[type(op)](op, inputs, [y], [None], [True, True]) == [None, None]
 
 
-def test_integer_inputs_get_no_gradient():
+def test_integer_inputs_get_integer_gradients_only_when_asked():
+    # (asked only for an attached integer tensor: MegEngine's integer gradients)
     op = elemwise_op("mul")
     inputs = [mge.tensor([1, 2], dtype="int32"), mge.tensor([3.0, 4.0])]
     y = apply(op, *inputs)[0]
-    ga, gb = BACKWARD[type(op)](op, inputs, [y], [mge.tensor([1.0, 1.0])], [True, True])
+    ga, gb = BACKWARD[type(op)](op, inputs, [y], [mge.tensor([1.0, 1.0])], [False, True])
     assert ga is None
     np.testing.assert_array_equal(gb.numpy(), [1, 2])
     assert gb.dtype == np.float32
+    ga, _ = BACKWARD[type(op)](op, inputs, [y], [mge.tensor([1.0, 1.0])], [True, True])
+    assert ga.dtype == np.int32
+    np.testing.assert_array_equal(ga.numpy(), [3, 4])
+    mask = [mge.tensor([True, False]), mge.tensor([True, True])]
+    y = apply(elemwise_op("and"), *mask)[0]
+    assert BACKWARD[type(op)](elemwise_op("and"), mask, [y], [y], [True, True]) == [None, None]
 
 
 # -- TypeCvt, Identity, Copy, Detach --------------------------------------------------------------

@@ -188,7 +188,7 @@ def _elemwise_backward(op, inputs, outputs, grads, needs):
     out = []
     for i, x in enumerate(inputs):
         rule = rules[i]
-        if rule is None or not needs[i] or x.dtype.kind != "f":
+        if rule is None or not needs[i] or x.dtype.kind not in "fiu":
             out.append(None)
         else:
             out.append(fit(rule(*inputs, y, g), x))

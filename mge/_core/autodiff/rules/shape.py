@@ -31,9 +31,10 @@ def grad_rule(cls):
 
 
 def grad_like(g, x):
-    """``g`` as the gradient of ``x``: ``None`` for an input that is not float (indices, masks),
-    else in ``x``'s dtype."""
-    if x.dtype.kind not in "fc":
+    """``g`` as the gradient of ``x`` in ``x``'s dtype: ``None`` for a bool (mask) or complex
+    input.  An integer data input gets an integer gradient (asked for only when an integer
+    tensor is attached); index inputs get ``None`` from their rules."""
+    if x.dtype.kind not in "fiu":
         return None
     return gu.cast(g, x.dtype)
 
