@@ -217,6 +217,17 @@ def test_op_equality_distinguishes_parameter_types():
     assert ops.Elemwise("add") == ops.Elemwise("ADD") and hash(ops.Elemwise("add")) == hash(ops.Elemwise("add"))
 
 
+def test_op_equality_distinguishes_quantized_dtypes():
+    # numpy compares dtypes without metadata; an op's quantization parameters are its own
+    from mge.core import ops
+    from mge.core.tensor import dtype as qd
+
+    assert ops.TypeCvt(qd.qint8(0.1)) != ops.TypeCvt(qd.qint8(0.2))
+    assert ops.TypeCvt(qd.qint8(0.1)) == ops.TypeCvt(qd.qint8(0.1))
+    assert ops.TypeCvt.get(qd.qint8(0.2)).dtype.metadata["mgb_dtype"]["scale"] == 0.2
+    assert ops.TypeCvt(qd.qint8(0.1)) != ops.TypeCvt(np.dtype("int8"))
+
+
 def test_rules_table_is_called_directly_for_its_classes():
     seen = []
 

@@ -174,7 +174,11 @@ _BY_VALUE = {}  # op -> the shared instance equal to it
 
 def _types(v):
     if isinstance(v, tuple):
-        return tuple([_types(x) if isinstance(x, tuple) else type(x) for x in v])
+        return tuple([_types(x) if isinstance(x, (tuple, np.dtype)) else type(x) for x in v])
+    if isinstance(v, np.dtype) and v.metadata:
+        # numpy compares dtypes without their metadata: qint8(0.1) == qint8(0.2).  The
+        # quantization (scale, zero point) is part of the parameter.
+        return (np.dtype, repr(v.metadata))
     return type(v)
 
 
