@@ -19,7 +19,7 @@ import numpy as np
 
 from mge._core import _accel
 from mge._core import ops
-from mge._core.dtype import common_dtype, where_dtype
+from mge._core.dtype import common_dtype, is_bfloat16, where_dtype
 from mge._core.ops import Elemwise, TypeCvt
 from mge._core.ops import elemwise as _elemwise
 from mge.core import Transformation
@@ -60,11 +60,11 @@ def _elemwise_rule(op, inputs, next):
             same = False
             break
     if same:
-        if d0 not in _FLOATS and op.mode in _FLOAT_ONLY:
+        if d0 not in _FLOATS and op.mode in _FLOAT_ONLY and not is_bfloat16(d0):
             return next(op, _promote(next, inputs, _float32))
         return next(op, inputs)
     dtype = common_dtype([x.dtype for x in inputs])
-    if dtype.kind != "f" and op.mode in _FLOAT_ONLY:
+    if dtype.kind != "f" and op.mode in _FLOAT_ONLY and not is_bfloat16(dtype):
         dtype = _float32
     return next(op, _promote(next, inputs, dtype))
 

@@ -238,3 +238,19 @@ def test_bfloat16_tensors_hold_and_compute():
     back = f.astype(bfloat16)
     assert back.dtype == bfloat16
     np.testing.assert_array_equal(back.numpy(), data)
+
+
+def test_bfloat16_stays_bfloat16_in_float_only_modes():
+    # exp/log/sqrt... of bfloat16 data compute in bfloat16, as MegEngine's do (integers go to
+    # float32)
+    pytest.importorskip("ml_dtypes")
+    from mge.core.tensor.dtype import bfloat16
+    import mge.functional as F
+    data = np.array([0.5, 1.0, 4.0], dtype=bfloat16)
+    x = mge.Tensor(data, dtype=bfloat16)
+    for fn, ref in ((F.exp, np.exp), (F.log, np.log), (F.sqrt, np.sqrt)):
+        y = fn(x)
+        assert y.dtype == bfloat16, fn
+        np.testing.assert_allclose(y.numpy().astype(np.float32),
+                                   ref(data.astype(np.float64)), rtol=1e-2)
+    assert F.exp(mge.Tensor([1, 2])).dtype == np.float32
