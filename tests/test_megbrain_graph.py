@@ -63,6 +63,14 @@ def test_shape_error_names_op_and_shapes():
         g.make_const(_rand(2, 3)) + g.make_const(_rand(4))
 
 
+def test_devices_compare_by_the_device_they_name():
+    # "xpux" is the default device (cpu0 here): vars on both meet in one op
+    g = G.Graph()
+    a, b = _rand(3), _rand(3)
+    out = g.make_const(a, device="xpux") * g.make_const(b, device="cpu0:0")
+    np.testing.assert_array_equal(_run(out), a * b)
+
+
 def test_input_output_nodes_run_repeatedly():
     g = G.Graph()
     px = G.InputNode(device="xpux", dtype="float32", graph=g)

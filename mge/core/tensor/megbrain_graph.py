@@ -80,6 +80,13 @@ MGB_TYPE = {
     "LayerNorm": "LayerNormForward",
     "Softmax": "SoftmaxForward",
     "Correlation": "CorrelationForward",
+    # the quantized inference ops (mge/_core/ops/quantized.py)
+    "ConvBias": "ConvBiasForward",
+    "BatchConvBias": "BatchConvBiasForward",
+    "QuantizedConvolutionBackwardData": "ConvolutionBackwardData",
+    "QuantizedMatrixMul": "MatrixMul",
+    "QuantizedElemwise": "Elemwise",
+    "QuantizedTypeCvt": "TypeCvt",
 }
 
 
@@ -446,12 +453,20 @@ def _infer(op, inputs):
 
 
 def _add_op(graph, op, raws, name=None):
-    devices = {str(v.device) for v in raws}
+    # one physical device ("xpux" names the default one: cpu0:0 here)
+    devices = {_physical(v.device) for v in raws}
     if len(devices) > 1 and not getattr(type(op), "sets_device", False):
         raise RuntimeError(f"graph: op {_op_label(op)} takes inputs on different devices "
                            f"({', '.join(sorted(devices))}); copy them to one device first")
     opr = graph._new_opr("op", mgb_type(op), op, raws, _infer(op, raws), name=name)
     return opr.outputs
+
+
+def _physical(device):
+    try:
+        return as_device(device).physical_name
+    except (ValueError, TypeError):
+        return str(device)
 
 
 _FLOAT_ONLY = _elemwise_ops._FLOAT_ONLY | {"pow"}
