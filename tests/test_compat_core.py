@@ -239,9 +239,15 @@ def test_quantized_tensor_keeps_dtype():
     np.testing.assert_allclose(D.convert_from_qint8(t.numpy()), [0.3, -0.2], atol=1e-6)
 
 
-def test_missing_lowbit_types_raise_clearly():
-    with pytest.raises(ImportError, match="low-bit"):
-        from mge.core.tensor.dtype import intb1  # noqa: F401
+def test_missing_lowbit_types_raise_clearly_where_used():
+    from mge.core.tensor.dtype import intb1, intb2, intb4  # the names import (MegEngine code does)
+    for t, bits in ((intb1, 1), (intb2, 2), (intb4, 4)):
+        with pytest.raises(NotImplementedError, match=f"{bits}-bit odd-valued numpy type"):
+            np.array([1, -1], dtype=t)
+        with pytest.raises(NotImplementedError, match="C\\+\\+ extension"):
+            mge.tensor([1, -1], dtype=t)
+    with pytest.raises(NotImplementedError):
+        np.ones(2).astype(intb1)
 
 
 def test_graph_modules_build_graphs():

@@ -7,7 +7,8 @@ point.  ``convert_to_*`` quantizes a float array, ``convert_from_*`` dequantizes
 the integer values as they are: it has no quantized kernels (see docs/differences.rst).
 
 ``bfloat16`` is ``ml_dtypes.bfloat16`` when the ``ml_dtypes`` package is installed.  MegEngine's
-``intb1``/``intb2``/``intb4`` (odd-valued low-bit numpy types defined in C++) are not provided.
+``intb1``/``intb2``/``intb4`` (odd-valued low-bit numpy types defined in C++) are not provided:
+the names exist, and using one as a dtype raises ``NotImplementedError``.
 """
 import re
 from collections import namedtuple
@@ -212,15 +213,31 @@ def _typecvt_quantized(x, dtype):
     return apply(QuantizedTypeCvt(dst if dst is not None else dtype, qspec(x.dtype)), x)[0]
 
 
-_MISSING = {"intb1", "intb2", "intb4"}
+class _LowBitType:
+    """MegEngine's odd-valued low-bit numpy type ``intb<bits>`` (values ``-(2**bits - 1)``,
+    ``...``, ``-1``, ``1``, ``...``, ``2**bits - 1`` in one byte), which MegEngine defines in its
+    C++ extension as a numpy user dtype.  mge has no such dtype: the name exists (code that imports
+    it loads), and using it as a dtype -- ``np.array(..., dtype=intb1)``, ``np.dtype(intb1)``,
+    ``astype``, ``mge.tensor(..., dtype=intb1)`` -- raises ``NotImplementedError``."""
+
+    def __init__(self, bits):
+        self.bits = bits
+        self.__name__ = f"intb{bits}"
+
+    @property
+    def dtype(self):
+        # numpy reads ``.dtype`` of an object given as a dtype: the error surfaces at the use
+        raise NotImplementedError(
+            f"{self.__name__}: MegEngine's {self.bits}-bit odd-valued numpy type is defined in "
+            "its C++ extension; mge does not provide it (docs/differences.rst)")
+
+    def __repr__(self):
+        return f"<mge: {self.__name__} (not provided)>"
 
 
-def __getattr__(name):
-    if name in _MISSING:
-        raise ImportError(f"mge.core.tensor.dtype.{name}: MegEngine's low-bit numpy types are "
-                          "defined in its C++ extension; mge does not provide them "
-                          "(docs/differences.rst)")
-    raise AttributeError(f"module 'mge.core.tensor.dtype' has no attribute {name!r}")
+intb1 = _LowBitType(1)
+intb2 = _LowBitType(2)
+intb4 = _LowBitType(4)
 
 
 # Tensor.astype converts to and from quantized dtypes through this module (mge._core does not
