@@ -443,3 +443,14 @@ def test_broadcast_to_a_shape_tensor_checks_the_shape_when_it_runs():
         f(mge.tensor(arr((3,))), mge.tensor((2, 4))).numpy()
     with pytest.raises(TypeError, match="integer"):
         f(mge.tensor(arr((3,))), mge.tensor((2.0, 3.0)))
+
+
+def test_expand_dims_with_a_repeated_axis_adds_two():
+    # MegEngine inserts the sorted axes one at a time: (0, 0) adds two leading axes
+    x = np.arange(6, dtype="float32").reshape(2, 3)
+    y = F.expand_dims(mge.tensor(x), [0, 0])
+    assert y.shape == (1, 1, 2, 3)
+    np.testing.assert_array_equal(y.numpy(), x.reshape(1, 1, 2, 3))
+    assert F.expand_dims(mge.tensor(x), [2, 0]).shape == (1, 2, 1, 3)
+    with pytest.raises(ValueError, match=r"AddAxis: invalid axis \(0, 5\)"):
+        F.expand_dims(mge.tensor(x), [0, 5])

@@ -266,14 +266,24 @@ def _infer_addaxis(op, descs):
     shape, dtype = descs[0]
     if shape is None:
         return [TensorDesc(None, dtype)]
-    ndim = len(shape) + len(op.axis)
-    axes = sorted(a % ndim if -ndim <= a < ndim else ndim for a in op.axis)
-    if axes and (axes[-1] >= ndim or len(set(axes)) != len(axes)):
+    out = add_axis_shape(shape, op.axis)
+    if out is None:
         raise op_error(ValueError, op, f"invalid axis {op.axis} for a {len(shape)}-d input", descs)
+    return [TensorDesc(out, dtype)]
+
+
+def add_axis_shape(shape, axis):
+    """``shape`` with a new axis of length 1 at each of ``axis`` (negative: from the end of the
+    result), inserted one at a time in sorted order as MegEngine's ``AddAxis`` does, so a repeated
+    axis adds two (``(2, 3)`` with ``(0, 0)``: ``(1, 1, 2, 3)``); None for an axis out of range."""
+    ndim = len(shape) + len(axis)
+    axes = sorted(a % ndim if -ndim <= a < ndim else ndim for a in axis)
+    if axes and axes[-1] >= ndim:
+        return None
     out = list(shape)
     for a in axes:
         out.insert(a, 1)
-    return [TensorDesc(tuple(out), dtype)]
+    return tuple(out)
 
 
 @def_infer(RemoveAxis)

@@ -8,7 +8,7 @@ from ....ops.shape import (
     AddAxis, Broadcast, BroadcastTo, Concat, CondTake, Diag, Dimshuffle, Gather, RemoveAxis, Repeat, Reshape,
     Roll, Scatter, ScatterAdd, Split, Stack, Tile, Where,
 )
-from ....ops.shape import broadcast_target
+from ....ops.shape import add_axis_shape, broadcast_target
 from ..table import def_kernel
 
 _int32 = np.dtype("int32")
@@ -42,7 +42,8 @@ def _cpu_dimshuffle(op, x):
 
 @def_kernel(AddAxis)
 def _cpu_addaxis(op, x):
-    return (np.expand_dims(x, op.axis),)
+    # a reshape: repeated axes add one axis each (np.expand_dims refuses them)
+    return (x.reshape(add_axis_shape(x.shape, op.axis)),)
 
 
 @def_kernel(RemoveAxis)
