@@ -11,7 +11,9 @@ paths are relative to it (``unit/core/test_util.py``); without any, every ``test
 ``unit/`` and ``integration/`` except the distributed and XLA ones.  The tree is copied to a
 temporary directory with a ``conftest.py`` that answers every ``megengine[.x]`` import with
 ``mge[.x]`` (MegEngine's own root conftest reads interpreter internals and is replaced), and pytest
-runs each file in its own process.  ``--json`` also writes ``{file: {passed, failed, line}}``.
+runs each file in its own process.  Python programs the tests start themselves (``subprocess`` with
+``import megengine``, multiprocessing's spawned children) get the alias through a
+``sitecustomize`` on their ``PYTHONPATH``.  ``--json`` also writes ``{file: {passed, failed, line}}``.
 Exit status: 0 when it ran (whatever the results), 2 when the test tree is missing.
 """
 import argparse
@@ -26,6 +28,36 @@ import tempfile
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 DEFAULT_TESTS = os.path.join(os.path.dirname(ROOT), "shared", "peer", "megengine-1.13.0-tests")
 
+# The import alias: every `megengine[.x]` import is `mge[.x]`.
+ALIAS = '''
+class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    def find_spec(self, name, path, target=None):
+        if name == "megengine" or name.startswith("megengine."):
+            return importlib.util.spec_from_loader(name, self)
+        return None
+
+    def create_module(self, spec):
+        real = importlib.import_module("mge" + spec.name[len("megengine"):])
+        self._spec = real.__spec__
+        _mirror()
+        return real
+
+    def exec_module(self, module):
+        module.__spec__ = self._spec
+
+
+def _mirror():
+    # what mge has loaded is megengine's too, before anything imports it by that name: the import
+    # system would set a submodule as an attribute of its package (megengine.tensor, a module,
+    # over mge.tensor, the function)
+    for name, mod in list(sys.modules.items()):
+        if name == "mge" or name.startswith("mge."):
+            sys.modules.setdefault("megengine" + name[3:], mod)
+
+
+sys.meta_path.insert(0, _Alias())
+'''
+
 # The conftest written into the copied tree: the import alias and MegEngine's skips for GPUs and
 # distributed tests (which need several devices / processes mge's CPU device does not give).
 CONFTEST = '''"""Written by mge's tools/peer_suite.py: every `megengine[.x]` import is `mge[.x]`."""
@@ -36,28 +68,9 @@ import os
 import sys
 
 import pytest
-
-
-class _Alias(importlib.abc.MetaPathFinder, importlib.abc.Loader):
-    def find_spec(self, name, path, target=None):
-        if name == "megengine" or name.startswith("megengine."):
-            return importlib.util.spec_from_loader(name, self)
-        return None
-
-    def create_module(self, spec):
-        real = importlib.import_module("mge" + spec.name[len("megengine"):])
-        self._spec = real.__spec__
-        return real
-
-    def exec_module(self, module):
-        module.__spec__ = self._spec
-
-
-sys.meta_path.insert(0, _Alias())
+''' + ALIAS + '''
 importlib.import_module("mge")
-for _name, _mod in list(sys.modules.items()):  # what `import mge` loaded is megengine's too
-    if _name == "mge" or _name.startswith("mge."):
-        sys.modules.setdefault("megengine" + _name[3:], _mod)
+_mirror()
 sys.path.append(os.path.join(os.path.dirname(__file__), "helpers"))
 
 
@@ -75,6 +88,18 @@ def _skips(request):
             or request.node.get_closest_marker("distributed_isolated")):
         pytest.skip("distributed tests are out of scope")
 '''
+
+
+# Python programs the tests start (``subprocess`` with ``import megengine``, multiprocessing's
+# spawned children) get the alias too: this directory leads their PYTHONPATH, and Python imports
+# its ``sitecustomize`` at startup.  Only the finder: mge loads when a child imports megengine.
+CHILD_DIR = "_mge_alias"
+SITECUSTOMIZE = '''"""Written by mge's tools/peer_suite.py: `megengine[.x]` is `mge[.x]` here too."""
+import importlib
+import importlib.abc
+import importlib.util
+import sys
+''' + ALIAS
 
 
 def default_files(tests):
@@ -100,8 +125,12 @@ def parse_summary(line):
 def run_file(work, rel, python, timeout):
     """Run one file with pytest in ``work``; returns pytest's summary line."""
     cmd = [python, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-o", "addopts=", rel]
+    env = dict(os.environ)
+    env["PYTHONPATH"] = os.pathsep.join(
+        [os.path.join(work, CHILD_DIR)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
     try:
-        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout)
+        proc = subprocess.run(cmd, cwd=work, capture_output=True, text=True, timeout=timeout,
+                              env=env)
     except subprocess.TimeoutExpired:
         return f"timed out after {timeout}s"
     lines = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.strip()]
@@ -138,6 +167,9 @@ def main(argv=None):
         shutil.copytree(args.tests, work, dirs_exist_ok=True)
         with open(os.path.join(work, "conftest.py"), "w") as f:
             f.write(CONFTEST)
+        os.makedirs(os.path.join(work, CHILD_DIR), exist_ok=True)
+        with open(os.path.join(work, CHILD_DIR, "sitecustomize.py"), "w") as f:
+            f.write(SITECUSTOMIZE)
         for rel in files:
             line = run_file(work, rel, args.python, args.timeout)
             p, n = parse_summary(line)
