@@ -12,6 +12,7 @@ from hypothesis import given, settings, strategies as st
 import mge
 import mge.functional as F
 import mge.module as M
+from mge.jit import trace
 from gradcheck import check_grads
 
 
@@ -397,3 +398,19 @@ def test_ctc_loss_messages():
         F.nn.ctc_loss(probs, mge.tensor([3, 3]), mge.tensor([1, 2, 1]), ll)
     with pytest.raises(ValueError, match="is not a valid value for reduction"):
         F.nn.ctc_loss(probs, mge.tensor([3, 3]), lab, ll, reduction="avg")
+
+
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_deformable_psroi_pooling_traces_with_rois_as_an_input(symbolic):
+    # rois and trans are inputs of the traced graph (no host read): new values on later calls
+    x, trans = _x(1, 2, 6, 6, seed=8), _x(2, 2, 2, 2, seed=9)
+
+    def f(a, b, t):
+        return F.deformable_psroi_pooling(a, b, t, False, 2, 2, 2, 2, 1.0, 0.1)
+
+    traced = trace(f, symbolic=symbolic)
+    r1 = np.array([[0, 0, 1, 3, 4], [0, 1.2, 0.3, 4.4, 2.7]], "float32")
+    r2 = np.array([[0, 2, 2, 5, 5], [0, 0.5, 1.5, 3.5, 4.5]], "float32")
+    for rois in (r1, r2, r1):
+        np.testing.assert_array_equal(traced(_t(x), _t(rois), _t(trans)).numpy(),
+                                      f(_t(x), _t(rois), _t(trans)).numpy())

@@ -293,11 +293,6 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
     return _bias(_grouped_product(cols, weight, groups), bias)
 
 
-def _c_round(x):
-    """C's ``round``: halves away from zero."""
-    return np.sign(x) * np.floor(np.abs(x) + 0.5)
-
-
 def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, pooled_w,
                              sample_per_part, spatial_scale, trans_std=0.1):
     """Deformable PS-ROI (position-sensitive region of interest) pooling.
@@ -333,29 +328,39 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
     icpc = c // ncls
     spp, part = int(sample_per_part), int(part_size)
     f32 = np.float32
-    box = _as_tensor(rois).numpy().astype(f32)
-    bidx = box[:, 0].astype(np.int64)
-    scale = f32(spatial_scale)
-    wl = _c_round(box[:, 1]) * scale - f32(0.5)
-    hl = _c_round(box[:, 2]) * scale - f32(0.5)
-    wr = (_c_round(box[:, 3]) + f32(1)) * scale - f32(0.5)
-    hr = (_c_round(box[:, 4]) + f32(1)) * scale - f32(0.5)
-    roi_w = np.maximum(wr - wl, f32(0.1))
-    roi_h = np.maximum(hr - hl, f32(0.1))
-    bin_w, bin_h = roi_w / f32(pw_), roi_h / f32(ph_)
-    sub_w, sub_h = bin_w / f32(spp), bin_h / f32(spp)
     dt = inp.dtype
+    # Every value derived from rois and trans is an op (no host read): the function traces and
+    # dumps with rois as an input.  The box coordinates get no gradient, as in MegEngine.
+    from .elemwise import abs as _abs, ceil, clip, floor, maximum
+    from .math import sign
+    from .tensor import broadcast_to, stack
+    box = _cast(_as_tensor(rois), f32).detach()
+    bidx = _cast(box[:, 0], np.int32)
+
+    def c_round(x):  # C's round: halves away from zero
+        return sign(x) * floor(_abs(x) + 0.5)
+
+    scale = float(f32(spatial_scale))
+    wl = c_round(box[:, 1]) * scale - 0.5
+    hl = c_round(box[:, 2]) * scale - 0.5
+    wr = (c_round(box[:, 3]) + 1.0) * scale - 0.5
+    hr = (c_round(box[:, 4]) + 1.0) * scale - 0.5
+    roi_w = maximum(wr - wl, 0.1)
+    roi_h = maximum(hr - hl, 0.1)
+    bin_w, bin_h = roi_w / float(pw_), roi_h / float(ph_)
+    sub_w, sub_h = bin_w / float(spp), bin_h / float(spp)
+
+    def col(v, dims):  # (R,) -> (R, 1, ..., 1)
+        return _reshape(v, (r,) + (1,) * dims)
+
     # Sample positions (R, 1, PH, PW, SPP, SPP) without the offsets
-    s = np.arange(spp, dtype=f32)
-    w0 = (np.arange(pw_, dtype=f32)[None, :] * bin_w[:, None] + wl[:, None])
-    h0 = (np.arange(ph_, dtype=f32)[None, :] * bin_h[:, None] + hl[:, None])
-    ws = (w0[:, None, None, :, None, None]
-          + s[None, None, None, None, None, :] * sub_w[:, None, None, None, None, None])
-    hs = (h0[:, None, :, None, None, None]
-          + s[None, None, None, None, :, None] * sub_h[:, None, None, None, None, None])
-    ws = np.broadcast_to(ws, (r, 1, ph_, pw_, spp, spp)).astype(dt)
-    hs = np.broadcast_to(hs, (r, 1, ph_, pw_, spp, spp)).astype(dt)
-    wpos, hpos = Tensor(ws, dtype=dt), Tensor(hs, dtype=dt)
+    s_ = Tensor(np.arange(spp, dtype=f32))
+    w0 = Tensor(np.arange(pw_, dtype=f32)).reshape(1, pw_) * col(bin_w, 1) + col(wl, 1)
+    h0 = Tensor(np.arange(ph_, dtype=f32)).reshape(1, ph_) * col(bin_h, 1) + col(hl, 1)
+    ws = _reshape(w0, (r, 1, 1, pw_, 1, 1)) + s_.reshape(1, 1, 1, 1, 1, spp) * col(sub_w, 5)
+    hs = _reshape(h0, (r, 1, ph_, 1, 1, 1)) + s_.reshape(1, 1, 1, 1, spp, 1) * col(sub_h, 5)
+    wpos = _cast(broadcast_to(ws, (r, 1, ph_, pw_, spp, spp)), dt)
+    hpos = _cast(broadcast_to(hs, (r, 1, ph_, pw_, spp, spp)), dt)
     if not no_trans:
         part_h = np.floor(np.arange(ph_, dtype=f32) / f32(ph_) * f32(part)).astype(np.int64)
         part_w = np.floor(np.arange(pw_, dtype=f32) / f32(pw_) * f32(part)).astype(np.int64)
@@ -368,30 +373,31 @@ def deformable_psroi_pooling(inp, rois, trans, no_trans, part_size, pooled_h, po
         flat_t = _reshape(_cast(trans, dt), (1, total))
         t = apply(Gather(1), flat_t, Tensor(idx))[0] * float(trans_std)
         t = _reshape(t, (r, ncls, 2, ph_, pw_, 1, 1))
-        wpos = wpos + t[:, :, 0] * Tensor(roi_w.reshape(r, 1, 1, 1, 1, 1).astype(dt), dtype=dt)
-        hpos = hpos + t[:, :, 1] * Tensor(roi_h.reshape(r, 1, 1, 1, 1, 1).astype(dt), dtype=dt)
-    wv = np.broadcast_to(wpos.numpy(), (r, ncls, ph_, pw_, spp, spp))
-    hv = np.broadcast_to(hpos.numpy(), (r, ncls, ph_, pw_, spp, spp))
-    valid = ~((wv < -0.5) | (wv > w - 0.5) | (hv < -0.5) | (hv > h - 0.5))
-    count = valid.sum(axis=(4, 5))                                      # (R, NCLS, PH, PW)
-    wc, hc = np.clip(wv, 0, w - 1), np.clip(hv, 0, h - 1)
+        wpos = wpos + t[:, :, 0] * _cast(col(roi_w, 5), dt)
+        hpos = hpos + t[:, :, 1] * _cast(col(roi_h, 5), dt)
+    full = (r, ncls, ph_, pw_, spp, spp)
+    wv, hv = broadcast_to(wpos, full), broadcast_to(hpos, full)
+    wd, hd = wv.detach(), hv.detach()
+    valid = ~((wd < -0.5) | (wd > w - 0.5) | (hd < -0.5) | (hd > h - 0.5))
+    count = _cast(valid, f32).sum(axis=(4, 5))                          # (R, NCLS, PH, PW)
+    wc, hc = clip(wd, 0, w - 1), clip(hd, 0, h - 1)
     # The clamp is a constant shift: the gradient of a clamped sample is that of the unclamped
     # one (MegEngine's backward does not zero it).
-    wpos = wpos + Tensor((wc - wv).astype(dt), dtype=dt)
-    hpos = hpos + Tensor((hc - hv).astype(dt), dtype=dt)
-    x0, x1 = np.floor(wc).astype(np.int64), np.ceil(wc).astype(np.int64)
-    y0, y1 = np.floor(hc).astype(np.int64), np.ceil(hc).astype(np.int64)
-    dx = wpos - Tensor(x0.astype(dt), dtype=dt)
-    dy = hpos - Tensor(y0.astype(dt), dtype=dt)
-    flat = np.stack([y0 * w + x0, y1 * w + x0, y0 * w + x1, y1 * w + x1], axis=2)
-    from .tensor import stack
+    wpos = wv + (wc - wd)
+    hpos = hv + (hc - hd)
+    x0, x1 = floor(wc), ceil(wc)
+    y0, y1 = floor(hc), ceil(hc)
+    dx = wpos - x0
+    dy = hpos - y0
+    ix0, ix1, iy0, iy1 = (_cast(v, np.int32) for v in (x0, x1, y0, y1))
+    flat = stack([iy0 * w + ix0, iy1 * w + ix0, iy0 * w + ix1, iy1 * w + ix1], axis=2)
     wts = stack([(1 - dx) * (1 - dy), (1 - dx) * dy, dx * (1 - dy), dx * dy], axis=2)
-    m = np.prod(flat.shape[2:])
-    src = _reshape(inp[Tensor(bidx.astype(np.int32))], (r, ncls, icpc, h * w))
-    index = np.broadcast_to(flat.reshape(r, ncls, 1, m), (r, ncls, icpc, m)).astype(np.int32)
-    vals = apply(Gather(3), src, Tensor(np.ascontiguousarray(index)))[0]
-    vals = _reshape(vals, (r, ncls, icpc) + flat.shape[2:])
-    keep = Tensor((valid / np.maximum(count, 1)[..., None, None]).astype(dt), dtype=dt)
+    m = 4 * ph_ * pw_ * spp * spp
+    src = _reshape(inp[bidx], (r, ncls, icpc, h * w))
+    index = broadcast_to(_reshape(flat, (r, ncls, 1, m)), (r, ncls, icpc, m))
+    vals = apply(Gather(3), src, index)[0]
+    vals = _reshape(vals, (r, ncls, icpc, 4, ph_, pw_, spp, spp))
+    keep = _cast(valid, dt) / _cast(_reshape(maximum(count, 1.0), (r, ncls, ph_, pw_, 1, 1)), dt)
     wts = wts * _reshape(keep, (r, ncls, 1, ph_, pw_, spp, spp))
     out = (vals * _reshape(wts, (r, ncls, 1, 4, ph_, pw_, spp, spp))).sum(axis=(3, 6, 7))
     return _reshape(out, (r, c, ph_, pw_))
