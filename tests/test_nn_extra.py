@@ -285,6 +285,18 @@ def test_deformable_conv2d(groups, dg, s, p, d):
                                rtol=1e-10, atol=1e-10)
 
 
+@pytest.mark.parametrize("symbolic", [False, True])
+def test_deformable_conv2d_traces_with_offsets_as_an_input(symbolic):
+    rng = np.random.default_rng(3)
+    x, w = _x(1, 2, 4, 4, seed=1), _x(2, 2, 2, 2, seed=2)
+    mask = _t(rng.uniform(0, 1, (1, 4, 3, 3)))
+    traced = trace(F.deformable_conv2d, symbolic=symbolic)
+    for _ in range(3):  # other offsets each call: other corners
+        offset = _t(rng.uniform(-2, 2, (1, 8, 3, 3)) * 3)
+        np.testing.assert_array_equal(traced(_t(x), _t(w), offset, mask).numpy(),
+                                      F.deformable_conv2d(_t(x), _t(w), offset, mask).numpy())
+
+
 def test_deformable_conv2d_grads_and_module():
     rng = np.random.default_rng(9)
     x, w = _x(1, 2, 4, 4, seed=1), _x(2, 2, 2, 2, seed=2)

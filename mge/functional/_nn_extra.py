@@ -269,22 +269,24 @@ def deformable_conv2d(inp, weight, offset, mask, bias=None, stride=1, padding=0,
     px = off[:, :, :, 1] + Tensor(base_w, dtype=inp.dtype)
     # Corners, as indices into the input with a one-element zero border: every corner outside
     # the input lands on the border (clipped there), so it reads zero.
-    y0 = np.floor(py.numpy()).astype(np.int64)
-    x0 = np.floor(px.numpy()).astype(np.int64)
-    ly = py - Tensor(y0.astype(inp.dtype.name), dtype=inp.dtype)
-    lx = px - Tensor(x0.astype(inp.dtype.name), dtype=inp.dtype)
+    # (ops only, no host read: the function traces and dumps with the offsets as inputs)
+    from .elemwise import clip, floor
+    from .tensor import broadcast_to, stack
+    y0, x0 = floor(py.detach()), floor(px.detach())
+    ly = py - y0
+    lx = px - x0
     hy, hx = 1 - ly, 1 - lx
     wp = w + 2
-    yi = [np.clip(y0 + 1 + d, 0, h + 1) for d in (0, 1)]
-    xi = [np.clip(x0 + 1 + d, 0, w + 1) for d in (0, 1)]
-    flat = np.stack([yi[a] * wp + xi[b] for a in (0, 1) for b in (0, 1)], axis=2)
+    # (clipped while float: a wild offset cannot overflow the integer index)
+    yi = [_cast(clip(y0 + (1 + d), 0, h + 1), np.int32) for d in (0, 1)]
+    xi = [_cast(clip(x0 + (1 + d), 0, w + 1), np.int32) for d in (0, 1)]
+    flat = stack([yi[a] * wp + xi[b] for a in (0, 1) for b in (0, 1)], axis=2)
     weights = [hy * hx, hy * lx, ly * hx, ly * lx]                      # same order as flat
     cdg = c // dg
-    index = np.broadcast_to(flat.reshape(n, dg, 1, 4 * kk * p), (n, dg, cdg, 4 * kk * p))
+    index = broadcast_to(_reshape(flat, (n, dg, 1, 4 * kk * p)), (n, dg, cdg, 4 * kk * p))
     src = _reshape(_pad1(inp), (n, dg, cdg, (h + 2) * wp))
-    vals = apply(Gather(3), src, Tensor(np.ascontiguousarray(index).astype(np.int32)))[0]
+    vals = apply(Gather(3), src, index)[0]
     vals = _reshape(vals, (n, dg, cdg, 4, kk, p))
-    from .tensor import stack
     wts = _reshape(stack(weights, axis=2), (n, dg, 1, 4, kk, p))
     sampled = (vals * wts).sum(axis=3)                                  # (N, DG, Cdg, K, P)
     sampled = sampled * _reshape(mask, (n, dg, 1, kk, p))
