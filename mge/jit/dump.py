@@ -896,22 +896,8 @@ class LoadedModel:
         self = object.__new__(cls)
         self.version = graph["version"]
         self.producer = graph.get("producer")
-        raw_vars = _need(graph, "vars", list, _GRAPH)
-        n = len(raw_vars)
-        descs = []
-        for i, d in enumerate(raw_vars):
-            if not isinstance(d, list) or len(d) != 3:
-                raise _Bad(f"var {i} must be [shape, dtype, device], got {d!r}")
-            shape, dtype, device = d
-            if shape is not None:
-                if not isinstance(shape, list) or not all(
-                        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-                    raise _Bad(f"var {i}: bad shape {shape!r}")
-                shape = tuple(shape)
-            try:
-                descs.append((shape, _dtype_of(dtype), dec.device_of(device)))
-            except _Bad as e:
-                raise _Bad(f"var {i}: {e}") from None
+        descs = _read_vars(graph, dec)
+        n = len(descs)
         defined = set()
 
         inputs = []
@@ -1090,6 +1076,25 @@ def _check_infer(op, ins, outs, what):
         stored = ", ".join(f"{o[0]} {o[1]}" for o in outs)
         computed = ", ".join(f"{g[0]} {g[1]}" for g in got)
         raise _Bad(f"{what} ({op.name}) computes {computed} where the file says {stored}")
+
+
+def _read_vars(graph, dec):
+    """graph.json's ``"vars"``: ``(shape, dtype, device)`` per var (``_Bad`` naming the var)."""
+    descs = []
+    for i, d in enumerate(_need(graph, "vars", list, _GRAPH)):
+        if not isinstance(d, list) or len(d) != 3:
+            raise _Bad(f"var {i} must be [shape, dtype, device], got {d!r}")
+        shape, dtype, device = d
+        if shape is not None:
+            if not isinstance(shape, list) or not all(
+                    isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
+                raise _Bad(f"var {i}: bad shape {shape!r}")
+            shape = tuple(shape)
+        try:
+            descs.append((shape, _dtype_of(dtype), dec.device_of(device)))
+        except _Bad as e:
+            raise _Bad(f"var {i}: {e}") from None
+    return descs
 
 
 def _read_tree(tree, n_outs, dec):
@@ -1286,22 +1291,8 @@ def load_graph_file(file, graph_cls):
 
 def _build_graph(graph, z, label, graph_cls, G):
     dec = _Decoder()
-    raw_vars = _need(graph, "vars", list, _GRAPH)
-    n = len(raw_vars)
-    descs = []
-    for i, d in enumerate(raw_vars):
-        if not isinstance(d, list) or len(d) != 3:
-            raise _Bad(f"var {i} must be [shape, dtype, device], got {d!r}")
-        shape, dtype, device = d
-        if shape is not None:
-            if not isinstance(shape, list) or not all(
-                    isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in shape):
-                raise _Bad(f"var {i}: bad shape {shape!r}")
-            shape = tuple(shape)
-        try:
-            descs.append((shape, _dtype_of(dtype), dec.device_of(device)))
-        except _Bad as e:
-            raise _Bad(f"var {i}: {e}") from None
+    descs = _read_vars(graph, dec)
+    n = len(descs)
     names = {}
     for pair in graph.get("var_names", []):
         if not isinstance(pair, list) or len(pair) != 2 or not isinstance(pair[1], str):
