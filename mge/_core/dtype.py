@@ -50,10 +50,14 @@ def _holds(d):
     return is_bfloat16(d)
 
 
+#: Called once, when the first complex64 value is made (``ops.base`` registers the switch that
+#: makes the ops that cannot take one refuse it).  (A hook: ``ops`` imports this module.)
+ON_FIRST_COMPLEX = []
+
+
 def _complex_seen():
-    # The first complex64 value: from now on the ops that cannot take one refuse it (ops.base).
-    from .ops import base
-    base.guard_complex()
+    while ON_FIRST_COMPLEX:
+        ON_FIRST_COMPLEX.pop()()
 
 
 def storable(d):

@@ -18,6 +18,8 @@ layer that runs it (a kernel, a backward rule).
 """
 import numpy as np
 
+from ..dtype import ON_FIRST_COMPLEX as _ON_FIRST_COMPLEX
+
 __all__ = ["OpDef", "TensorDesc", "INFER", "def_infer", "op_error"]
 
 INFER = {}
@@ -227,6 +229,9 @@ def guard_complex():
     for cls, fn in list(INFER.items()):
         if not cls.complex_ok and not hasattr(fn, "__wrapped__"):
             INFER[cls] = _refusing_complex(fn)
+
+
+_ON_FIRST_COMPLEX.append(guard_complex)
 
 
 def _refusing_complex(fn):
