@@ -108,3 +108,33 @@ def test_a_strided_source_is_copied_to_its_exact_size():
     assert get_allocated_memory() == base + 4000
     del x
     assert get_allocated_memory() == base
+
+
+def test_a_collection_inside_the_stats_lock_does_not_deadlock():
+    # A garbage collection can start inside MemoryStats.hold (it allocates a list) and finalize a
+    # Tensor of a reference cycle, whose __del__ releases its buffer on the same thread: the
+    # stats' lock is reentrant.  A CI run once hung on that path (seen in gdb); this drives many
+    # collections through ops while the worker is busy, in a child process that bounds a hang.
+    # (It is not a deterministic reproduction: the original needed a particular collection.)
+    import subprocess
+    import sys
+    import textwrap
+    code = textwrap.dedent("""
+        import gc
+        import numpy as np
+        import mge
+        gc.set_threshold(1)  # every allocation of a tracked object may collect
+        big = mge.tensor(np.ones((200, 200), "float32"))
+        x = mge.tensor(np.ones(8, "float32"))
+        for i in range(300):
+            y = big @ big                   # the worker busy: ops take the locked path
+            box = []
+            box.append(box)                 # a cycle only the collector frees ...
+            box.append(mge.tensor(np.full(8, i, "float32")))  # ... holding a tensor
+            del box
+            x = x + 1                       # new buffers: MemoryStats.hold
+        assert float(x.numpy()[0]) == 301.0
+        print("ok")
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr[-2000:]

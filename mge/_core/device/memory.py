@@ -56,7 +56,10 @@ class MemoryStats:
     """
 
     def __init__(self):
-        self._lock = threading.Lock()
+        # Reentrant: a garbage collection inside ``hold`` (its list allocation) may finalize a
+        # Tensor, whose ``__del__`` releases a buffer on this thread; the table is consistent at
+        # every point where that can happen.
+        self._lock = threading.RLock()
         self._buffers = {}
         self._current = {}
         self._peak = {}
@@ -154,4 +157,4 @@ class MemoryStats:
 
     def reset_lock(self):
         """A fresh lock (the child of a fork must not inherit a held one)."""
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()
