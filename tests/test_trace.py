@@ -1250,6 +1250,139 @@ def test_two_products_at_once_in_a_forked_child():
     assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
 
 
+# -- SGD steps folded into their gradients' products (MatrixMulUpdate) ----------------------------
+def _mlp_sgd(sizes=(300, 256, 200), lr=0.05, seed=0, **sgd):
+    rng = np.random.RandomState(seed)
+    layers = []
+    for i, o in zip(sizes[:-1], sizes[1:]):
+        lin = M.Linear(i, o)
+        lin.weight._reset(mge.tensor(rng.randn(o, i).astype("float32") * 0.1))
+        layers.append(lin)
+    params = [p for lin in layers for p in lin.parameters()]
+    gm = GradManager().attach(params)
+    opt = SGD(params, lr=lr, **sgd)
+
+    def step(x, y):
+        with gm:
+            h = x
+            for lin in layers:
+                h = F.relu(lin(h))
+            loss = F.nn.cross_entropy(h, y)
+            gm.backward(loss)
+        opt.step().clear_grad()
+        return loss
+
+    return layers, step
+
+
+def _sgd_batches(n, batch=64, width=300, classes=200):
+    rng = np.random.RandomState(7)
+    return [(mge.tensor(rng.randn(batch, width).astype("float32")),
+             mge.tensor(rng.randint(0, classes, batch).astype("int32"))) for _ in range(n)]
+
+
+def _weights(layers):
+    return [lin.weight.numpy() for lin in layers] + [lin.bias.numpy() for lin in layers]
+
+
+@pytest.mark.parametrize("fold", [False, True])
+def test_sgd_updates_folded_into_products_train_as_eager(monkeypatch, symbolic, fold):
+    # folded, the update is CBLAS's C += alpha * A @ B: within float32 rounding of eager's
+    # param - lr * grad (a fused multiply-add where numpy rounds twice); not folded, the same bits
+    from mge.jit import program
+    monkeypatch.setattr(program, "FOLD_UPDATES", fold)
+    batches = _sgd_batches(5)
+    eager_layers, eager_step = _mlp_sgd()
+    traced_layers, step = _mlp_sgd()
+    traced = trace(step, symbolic=symbolic, profiling=True)
+    for x, y in batches:
+        want = eager_step(x, y).numpy()
+        got = traced(x, y).numpy()
+        np.testing.assert_allclose(got, want, rtol=1e-5)
+    for a, b in zip(_weights(traced_layers), _weights(eager_layers)):
+        if fold:
+            np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+        else:
+            np.testing.assert_array_equal(a, b)
+    from mge._core import _accel
+    folds = fold and _accel.load("mge._core.device.cpu.handoff").CPU.has_blas
+    calls = {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
+    # per replay: the two weights' updates are folded (alone or in a pair), the biases' are not
+    assert calls["SGDUpdate"] == (2 if folds else 4) * calls["LogSoftmax"]  # (one per run)
+    assert ("MatrixMulUpdate" in calls or "MatrixMulPair" in calls) if folds else (
+        "MatrixMulUpdate" not in calls)
+
+
+def test_folded_updates_leave_a_parameter_that_is_still_read_alone(monkeypatch):
+    # the program writes over a parameter's buffer only when nothing else sees it: a tensor
+    # still holding the old value keeps it (the program updates a copy)
+    from mge.jit import program
+    monkeypatch.setattr(program, "FOLD_UPDATES", True)
+    batches = _sgd_batches(4)
+    eager_layers, eager_step = _mlp_sgd()
+    layers, step = _mlp_sgd()
+    traced = trace(step, symbolic=True)
+    olds = []
+    for x, y in batches:
+        old = layers[0].weight.detach()
+        before = old.numpy().copy()
+        traced(x, y)
+        eager_step(x, y)
+        olds.append((old, before))
+    for old, before in olds:
+        np.testing.assert_array_equal(old.numpy(), before)
+    np.testing.assert_allclose(layers[0].weight.numpy(), eager_layers[0].weight.numpy(),
+                               rtol=1e-5, atol=1e-6)
+
+
+def test_momentum_and_weight_decay_updates_are_not_folded(monkeypatch):
+    from mge.jit import program
+    monkeypatch.setattr(program, "FOLD_UPDATES", True)
+    batches = _sgd_batches(3)
+    for kwargs in (dict(momentum=0.9), dict(weight_decay=1e-3)):
+        eager_layers, eager_step = _mlp_sgd(**kwargs)
+        layers, step = _mlp_sgd(**kwargs)
+        traced = trace(step, symbolic=True, profiling=True)
+        for x, y in batches:
+            np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
+        for a, b in zip(_weights(layers), _weights(eager_layers)):
+            np.testing.assert_array_equal(a, b)
+        assert "MatrixMulUpdate" not in {e["op"] for e in traced.get_profile()["profiler"]["ops"]}
+
+
+def test_gemm_update_adds_the_scaled_product_in_place():
+    from mge._core import _accel
+    cpu = _accel.load("mge._core.device.cpu.handoff").CPU
+    rng = np.random.RandomState(5)
+    for dtype in ("float32", "float64"):
+        a, b = rng.randn(64, 120).astype(dtype), rng.randn(64, 150).astype(dtype)
+        c0 = rng.randn(120, 150).astype(dtype)
+        c = c0.copy()
+        if not cpu.gemm_update(a, b, True, False, c, -0.01):  # the pure-Python twin, no CBLAS
+            assert not cpu.has_blas
+            np.testing.assert_array_equal(c, c0)
+            continue
+        want = c0.astype("float64") - 0.01 * (a.T.astype("float64") @ b.astype("float64"))
+        np.testing.assert_allclose(c, want, rtol=1e-5 if dtype == "float32" else 1e-12,
+                                   atol=1e-5 if dtype == "float32" else 1e-12)
+        # a pair of updates gives each one's bits
+        c1, c2 = c0.copy(), c0.copy()
+        both = cpu.gemm2(a, b, True, False, a, b, True, False, c1, -0.01, None, 1.0)
+        assert both[0] is c1
+        np.testing.assert_array_equal(c1, c)
+        np.testing.assert_array_equal(both[1], cpu.gemm(a, b, True, False))
+        assert cpu.gemm_update(a, b, True, False, c2, -0.01)
+        np.testing.assert_array_equal(c2, c)
+        # refused: a c of another shape, not contiguous, read-only, or one that the operands share
+        assert not cpu.gemm_update(a, b, True, False, c0[:, :100].copy(), 1.0)
+        assert not cpu.gemm_update(a, b, True, False, np.asfortranarray(c0), 1.0)
+        ro = c0.copy()
+        ro.flags.writeable = False
+        assert not cpu.gemm_update(a, b, True, False, ro, 1.0)
+        sq = rng.randn(64, 64).astype(dtype)
+        assert not cpu.gemm_update(sq, sq.copy(), False, False, sq, 1.0)
+
+
 # -- compiler passes: common subexpressions, constant folding --------------------------------------
 def _kernel_calls(traced):
     return {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}

@@ -22,10 +22,18 @@ of a ``Recording`` (``compile_program``) does, in order:
   its output's dtype and a freed buffer of the program's own (a fresh result of such an op, of
   the output's shape and dtype), is called as ``ufunc(*inputs, out=buffer)`` without the door:
   the same function on the same arrays (so the same bits), without the door's checks;
-* **pairs of matrix products** -- two large independent products one after the other (a
-  backward pass's input gradient and weight gradient) run at the same time, one on a second
+* **SGD steps folded into products** (``opt_level`` 2) -- a plain SGD step of a parameter the
+  program receives, whose gradient is a large 2-D product nothing else reads, becomes one GEMM
+  that adds ``-lr`` times the product to the parameter in place (``MatrixMulUpdate``,
+  ``CpuKernels.gemm_update``: beta 1).  The program writes over the parameter's buffer when the
+  door says nothing else sees it (``DONATING``), over a copy otherwise.  CBLAS rounds once per
+  element where eager SGD rounds twice: within float32 rounding, not bit-identical;
+* **pairs of matrix products** -- two large independent products (a backward pass's input
+  gradient and weight gradient, two folded updates) run at the same time, one on a second
   native thread (``MatrixMulPair``, ``CpuKernels.gemm2``), when the BLAS runs a product on one
-  thread and the machine has another core: the same CBLAS calls, so the same bits;
+  thread and the machine has another core: the same CBLAS calls, so the same bits.  The second
+  may come up to ``PAIR_LOOKAHEAD`` steps later, when moving it up changes nothing it or the
+  steps it jumps read;
 * **the thread** -- the program runs on the worker thread when one of its ops would
   (``long_running``: matrix products, convolutions), overlapping the caller's Python, and on the
   caller's thread otherwise.
@@ -39,17 +47,18 @@ from .._core import _accel
 from .._core import profiler as _profiler  # profiler: trace compile spans (issue 13)
 from .._core.device import as_device
 from .._core.device.cpu import blas as _blas
-from .._core.device.cpu.table import KERNELS, def_kernel
+from .._core.device.cpu.table import KERNELS, def_donating, def_kernel
 from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> in-place ufunc
 from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
+from .._core.ops.optimizer import SGDUpdate
 from .._core.ops.rng import reseeded as _reseeded
 from . import arith as _arith
 
 _run = _accel.load("mge.jit.engine")
 
-__all__ = ["TracedProgram", "MatrixMulPair", "Programs", "compile_program"]
+__all__ = ["TracedProgram", "MatrixMulPair", "MatrixMulUpdate", "Programs", "compile_program"]
 
 
 class TracedProgram(OpDef):
@@ -59,9 +68,10 @@ class TracedProgram(OpDef):
     never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
 
     def __init__(self, plan, n_slots, in_vars, out_vars, out_slots, out_descs, long_running, label,
-                 profile=None, device=None, consts=()):
+                 profile=None, device=None, consts=(), donors=()):
         d = self.__dict__
         d["consts"] = consts        # the folded constants' arrays (read-only), after the inputs
+        d["donors"] = donors        # positions of the inputs that updates overwrite (see _donor)
         d["seeded_steps"] = {}      # recorded op index -> plan index, of random-number ops
         d["device"] = device        # where it runs when it has no inputs (random numbers only)
         d["profile"] = profile      # None, or {op name: [calls, seconds]} that runs add to
@@ -133,39 +143,100 @@ _run_plan = _run.run_plan
 
 @def_kernel(TracedProgram)
 def _run_program(op, *inputs):
+    return _run_donated(op, inputs, ())
+
+
+@def_donating(TracedProgram)
+def _run_donated(op, inputs, donated):
+    # ``donated``: positions of inputs whose buffers nobody else sees (the door checked): the
+    # program's updates (``MatrixMulUpdate``) write over those of its ``donors``, and over
+    # copies of the others -- a parameter that someone still reads keeps its old value
     global _cpu
     if _cpu is None:
         _cpu = as_device("cpu0").impl
+    if op.donors:
+        inputs = list(inputs)
+        for k in op.donors:
+            if k not in donated:
+                inputs[k] = inputs[k].copy()
+        inputs = tuple(inputs)
+    elif type(inputs) is not tuple:
+        inputs = tuple(inputs)
     if op.consts:  # the folded constants take the slots after the inputs'
         inputs = inputs + op.consts
     return _run_plan(_cpu, op.plan, op.n_slots, inputs, op.out_slots, op.name, op.profile)
 
 
+class MatrixMulUpdate(OpDef):
+    """A program's SGD step folded into the product of its gradient: inputs ``(a, b, param)``,
+    output ``param + alpha * product(a, b)`` (``product``: the ``MatrixMul``; ``alpha``: minus
+    the learning rate), written over ``param``'s buffer -- CBLAS's GEMM with beta 1, so the
+    gradient is never stored and the parameter is read and written once.  Only programs use it:
+    their ``donors`` make the buffer theirs to write (``_run_donated``)."""
+
+    _fields = ("product", "alpha")
+    long_running = True
+
+
+@def_infer(MatrixMulUpdate)
+def _infer_update(op, descs):
+    return [descs[2]]
+
+
+@def_kernel(MatrixMulUpdate)
+def _run_update(op, a, b, param):
+    f = op.product
+    if _CPU.gemm_update(a, b, f.transposeA, f.transposeB, param, op.alpha):
+        return (param,)
+    a, b = a.copy(), b.copy()  # (strides CBLAS does not take)
+    if _CPU.gemm_update(a, b, f.transposeA, f.transposeB, param, op.alpha):
+        return (param,)
+    raise RuntimeError(f"{op.name}: CBLAS refused the update of a {param.shape} {param.dtype} "
+                       f"parameter (the program was compiled for it)")
+
+
 class MatrixMulPair(OpDef):
     """Two independent 2-D matrix products of a program, run at the same time: inputs
-    ``(a1, b1, a2, b2)``, outputs ``(first(a1, b1), second(a2, b2))``."""
+    ``(a1, b1, a2, b2)``, outputs ``(first(a1, b1), second(a2, b2))``; either may be a
+    ``MatrixMulUpdate`` (then with its parameter after its operands)."""
 
     _fields = ("first", "second")
     long_running = True
 
 
+def _arity(op):
+    return 3 if type(op) is MatrixMulUpdate else 2
+
+
 @def_infer(MatrixMulPair)
 def _infer_pair(op, descs):
-    rule = INFER[MatrixMul]
-    return list(rule(op.first, descs[:2])) + list(rule(op.second, descs[2:]))
+    f, g = op.first, op.second
+    n = _arity(f)
+    return list(INFER[type(f)](f, descs[:n])) + list(INFER[type(g)](g, descs[n:]))
 
 
 _CPU = _accel.load("mge._core.device.cpu.handoff").CPU
 
 
+def _gemm_args(op, arrays):
+    # (a, b, transposeA, transposeB, c or None, alpha) of a pair's product
+    if type(op) is MatrixMulUpdate:
+        p = op.product
+        return arrays[0], arrays[1], p.transposeA, p.transposeB, arrays[2], op.alpha
+    return arrays[0], arrays[1], op.transposeA, op.transposeB, None, 1.0
+
+
 @def_kernel(MatrixMulPair)
-def _run_pair(op, a1, b1, a2, b2):
+def _run_pair(op, *arrays):
     f, g = op.first, op.second
-    both = _CPU.gemm2(a1, b1, f.transposeA, f.transposeB, a2, b2, g.transposeA, g.transposeB)
+    n = _arity(f)
+    a1, b1, ta1, tb1, c1, alpha1 = _gemm_args(f, arrays[:n])
+    a2, b2, ta2, tb2, c2, alpha2 = _gemm_args(g, arrays[n:])
+    both = _CPU.gemm2(a1, b1, ta1, tb1, a2, b2, ta2, tb2, c1, alpha1, c2, alpha2)
     if both is not None:
         return both
-    kernel = KERNELS[MatrixMul]  # (a product CBLAS does not take: one after the other)
-    return (kernel(f, a1, b1)[0], kernel(g, a2, b2)[0])
+    # (a product CBLAS does not take: one after the other)
+    return tuple(KERNELS[type(f)](f, *arrays[:n])) + tuple(KERNELS[type(g)](g, *arrays[n:]))
 
 
 PAIR_MIN_WORK = 1 << 22  # multiply-adds of each product: smaller ones are not worth a thread
@@ -188,7 +259,9 @@ def pairs_pay():
 
 def _gemm_work(rec, op, ins, outs):
     # m*n*k of a 2-D float product that CBLAS takes (0: not one to pair)
-    if type(op) is not MatrixMul or op.compute_mode != "default" or len(outs) != 1:
+    if type(op) is MatrixMulUpdate:
+        op = op.product
+    elif type(op) is not MatrixMul or op.compute_mode != "default" or len(outs) != 1:
         return 0
     descs = rec.descs
     (sa, da), (sb, db) = descs[ins[0]][:2], descs[ins[1]][:2]
@@ -200,21 +273,108 @@ def _gemm_work(rec, op, ins, outs):
     return so[0] * so[1] * k
 
 
+PAIR_LOOKAHEAD = 8  # plan steps: how far ahead a product looks for its partner
+
+
+def _written(step):
+    # the slots a step writes over (an update's parameter, a pair's updates'), besides outputs
+    op, ins = step[0], step[1]
+    if type(op) is MatrixMulUpdate:
+        return (ins[2],)
+    if type(op) is MatrixMulPair:
+        n = _arity(op.first)
+        return ((ins[2],) if n == 3 else ()) + ((ins[n + 2],) if _arity(op.second) == 3 else ())
+    return ()
+
+
+def _partner(plan, works, i):
+    # the index of a later large product that can run beside plan[i], moved up to it: it reads
+    # nothing made at or after i, the steps it jumps do not read what it frees or overwrites,
+    # and the two do not overwrite what the other reads (None: there is none)
+    p = plan[i]
+    made = set(p[2])
+    between = set()  # slots the jumped steps read
+    for j in range(i + 1, min(len(plan), i + 1 + PAIR_LOOKAHEAD)):
+        q = plan[j]
+        if works[j] >= PAIR_MIN_WORK:
+            if (not made & set(q[1]) and not between & (set(q[5]) | set(_written(q)))
+                    and not set(_written(q)) & set(p[1]) and not set(_written(p)) & set(q[1])):
+                return j
+            return None
+        made.update(q[2])
+        between.update(q[1])
+    return None
+
+
 def _pair_products(plan, works):
-    # adjacent independent large products -> one MatrixMulPair step
+    # independent large products -> one MatrixMulPair step (at the first one's place)
+    plan, works = list(plan), list(works)
     out, i = [], 0
     while i < len(plan):
         p = plan[i]
-        if (i + 1 < len(plan) and works[i] >= PAIR_MIN_WORK and works[i + 1] >= PAIR_MIN_WORK
-                and not set(plan[i + 1][1]) & set(p[2])):
-            q = plan[i + 1]
+        j = _partner(plan, works, i) if works[i] >= PAIR_MIN_WORK else None
+        if j is not None:
+            q = plan.pop(j)
+            works.pop(j)
             out.append((MatrixMulPair(p[0], q[0]), p[1] + q[1], p[2] + q[2], p[3] + q[3], None,
                         p[5] + q[5], None, -1))
-            i += 2
-            continue
-        out.append(p)
+        else:
+            out.append(p)
         i += 1
     return out
+
+
+UPDATE_MIN_SIZE = 1 << 15  # elements of a parameter: smaller updates stay SGDUpdate steps
+#: Whether programs fold SGD steps into their gradients' products (``MatrixMulUpdate``):
+#: ``None`` decides by the BLAS (CBLAS present); True or False forces it (tests, measurements).
+FOLD_UPDATES = None
+
+
+def _updates_fold():
+    if FOLD_UPDATES is not None:
+        return bool(FOLD_UPDATES) and _CPU.has_blas
+    return _CPU.has_blas
+
+
+def _fold_updates(ops, keep, descs, wanted, opt_level):
+    """Plain SGD steps (``SGDUpdate`` without momentum or weight decay) of a parameter the
+    program receives, whose gradient is a large 2-D product that nothing else reads: the two
+    become one ``MatrixMulUpdate`` at the step's place, and the product is dropped.  Returns
+    ``keep`` without the products (``ops`` is rewritten in place)."""
+    if opt_level < 2 or not _updates_fold():
+        return keep
+    producer, last_read = {}, {}
+    reads = {}
+    for k in keep:
+        op, ins, outs = ops[k]
+        for v in outs:
+            producer[v] = k
+        for v in ins:
+            last_read[v] = k
+            reads[v] = reads.get(v, 0) + 1
+    wanted = set(wanted)
+    dropped = set()
+    for k in keep:
+        op, ins, outs = ops[k]
+        if (type(op) is not SGDUpdate or op.momentum != 0.0 or op.weight_decay != 0.0
+                or len(ins) != 2 or len(outs) != 1):
+            continue
+        p, g = ins
+        kg = producer.get(g)
+        if kg is None or p in producer or p == g or p in wanted or g in wanted:
+            continue
+        mm, m_ins, m_outs = ops[kg]
+        if (type(mm) is not MatrixMul or mm.compute_mode != "default" or len(m_outs) != 1
+                or p in m_ins or reads.get(g) != 1 or last_read.get(p) != k or reads[p] < 1):
+            continue
+        (sp, dp, devp), (sg, dg, _) = descs[p][:3], descs[g][:3]
+        if (sp is None or sp != sg or dp != dg or len(sp) != 2 or dp.kind != "f"
+                or dp.itemsize not in (4, 8) or _size(sp) < UPDATE_MIN_SIZE
+                or not _on_cpu(devp) or _gemm_work(RecordingView(descs, ops), mm, m_ins, m_outs) == 0):
+            continue
+        ops[k] = (MatrixMulUpdate(mm, -float(op.lr)), tuple(m_ins) + (p,), outs)
+        dropped.add(kg)
+    return [k for k in keep if k not in dropped]
 
 
 _TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
@@ -361,6 +521,7 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
     if opt_level >= 1:
         keep = _arith.simplify(ops, keep, descs, _Known(consts, snapshots, descs), alias)
         wanted = tuple([_resolve(alias, v) for v in out_vars])
+    keep = _fold_updates(ops, keep, descs, wanted, opt_level)
     produced = set()
     for k in keep:
         produced.update(ops[k][2])
@@ -428,6 +589,8 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
         works.append(_gemm_work(rec, op, ins, outs))
     if pairs_pay():
         plan = _pair_products(plan, works)
+    # the input slots updates write over (a pair's too): the program's to write (_run_donated)
+    donors = sorted({s for step in plan for s in _written(step)})
     seeded = {ops[k][0]: k for k in keep if ops[k][0].seeded}  # (seeds make them unique)
     # (descs and reuse are lists: the kernel door takes lists)
     label = f"ops {start}..{stop - 1}"
@@ -436,7 +599,7 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
                          tuple(TensorDesc(descs[v][0], descs[v][1]) for v in out_vars),
                          long_running, label, profile,
                          descs[out_vars[0]][2] if out_vars else None,
-                         tuple(consts[v] for v in const_vars))
+                         tuple(consts[v] for v in const_vars), tuple(donors))
     if seeded:
         program.seeded_steps.update({seeded[step[0]]: i for i, step in enumerate(plan)
                                      if step[0] in seeded})

@@ -6,4 +6,5 @@ cdef class CpuDevice:
     cpdef to_host(self, buffer)
     cpdef list execute(self, op, list inputs, list descs, list reuse=*)
     cdef list _execute(self, op, list inputs, list descs, list reuse)
+    cdef list _donated(self, list inputs, list reuse)
     cdef _inplace(self, op, cls, list inputs, out, list reuse)

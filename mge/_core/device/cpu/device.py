@@ -17,7 +17,7 @@ import numpy as np
 
 from ... import _accel
 from ..base import Device
-from .table import INPLACE, KERNELS
+from .table import DONATING, INPLACE, KERNELS
 
 _accel.guard(__name__)
 
@@ -125,8 +125,12 @@ class CpuDevice:
         if kernel is None:
             kernel = _lookup(op, cls)
         outs = None
-        if reuse is not None and len(descs) == 1:
-            outs = self._inplace(op, cls, inputs, descs[0], reuse)
+        if reuse is not None:
+            donating = DONATING.get(cls)
+            if donating is not None:
+                outs = donating(op, inputs, self._donated(inputs, reuse))
+            elif len(descs) == 1:
+                outs = self._inplace(op, cls, inputs, descs[0], reuse)
         if outs is None:
             outs = kernel(op, *inputs)
             if type(outs) is not tuple and type(outs) is not list:
@@ -148,6 +152,25 @@ class CpuDevice:
                 _check_shape(op, k, value, shape)
             result.append(value)
         return result
+
+    @cython.cfunc
+    def _donated(self, inputs: list, reuse: list) -> list:
+        # The freed inputs that nothing else sees (as ``_inplace`` checks: references, a whole
+        # writeable C-contiguous array), each passed once
+        k: cython.Py_ssize_t
+        j: cython.Py_ssize_t
+        donated = []
+        for k in reuse:
+            uses: cython.Py_ssize_t = 0
+            for j in range(len(inputs)):
+                if inputs[j] is inputs[k]:
+                    uses += 1
+            if uses != 1 or _refs(inputs, k) > _SOLE_REFS:
+                continue
+            buf = inputs[k]
+            if buf.base is None and buf.flags.writeable and buf.flags.c_contiguous:
+                donated.append(k)
+        return donated
 
     @cython.cfunc
     def _inplace(self, op, cls, inputs: list, out, reuse: list):

@@ -53,6 +53,8 @@ cdef struct GemmJob:
     void *pa
     void *pb
     void *pc
+    double alpha  # C = alpha * op(A) @ op(B) + beta * C
+    double beta
 
 # The second GEMM thread of gemm2: a native thread that never touches Python.  ``go`` is
 # released to start ``job``, ``done`` when it has run.
@@ -73,10 +75,12 @@ cdef class CpuKernels:
     cpdef add_scaled(self, out, y, x, double a)
     cpdef relu_grad(self, x, dy)
     cpdef gemm(self, a, b, bint trans_a, bint trans_b)
-    cpdef gemm2(self, a1, b1, bint ta1, bint tb1, a2, b2, bint ta2, bint tb2)
+    cpdef gemm2(self, a1, b1, bint ta1, bint tb1, a2, b2, bint ta2, bint tb2, c1=*,
+                double alpha1=*, c2=*, double alpha2=*)
+    cpdef gemm_update(self, a, b, bint trans_a, bint trans_b, c, double alpha)
     cdef void *_fn(self, a, b)
     cdef _plan_gemm(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
-                    Py_buffer *vc, GemmJob *job)
+                    Py_buffer *vc, GemmJob *job, c=*, double alpha=*)
     cdef PairThread *_pair_thread(self)
 
 
@@ -112,3 +116,4 @@ cdef extern from *:
     void mge_relu_grad_f(float *out, const float *x, const float *dy, Py_ssize_t n) nogil
     void mge_relu_grad_d(double *out, const double *x, const double *dy, Py_ssize_t n) nogil
 cdef tuple _layout(Py_buffer *v, bint trans, Py_ssize_t item)
+cdef bint _overlaps(vc_of, Py_buffer *va) except? -1

@@ -357,13 +357,52 @@ class CpuKernels:
             PyBuffer_Release(cython.address(ba))
 
     @cython.ccall
+    def gemm_update(self, a, b, trans_a: cython.bint, trans_b: cython.bint, c,
+                    alpha: cython.double):
+        """``c += alpha * op(a) @ op(b)`` in place, by CBLAS (beta 1) without the GIL: an SGD
+        step folded into the product of its gradient (``mge.jit.program``).  ``c`` is a whole
+        C-contiguous writeable array of the product's shape and dtype.  CBLAS adds the scaled
+        product to ``c`` as its kernels do (on x86 a fused multiply-add per element: one
+        rounding, where numpy's ``c + alpha * p`` rounds twice).  False when it cannot (no BLAS,
+        other dtypes, strides or ``c``, a small product)."""
+        if not cython.compiled:
+            return False
+        fn: cython.p_void = self._fn(a, b)
+        if fn == cython.NULL:
+            return False
+        ba: Py_buffer  # noqa: F821
+        bb: Py_buffer  # noqa: F821
+        bc: Py_buffer  # noqa: F821
+        job: GemmJob  # noqa: F821
+        _acquire2(a, b, cython.address(ba), cython.address(bb))
+        try:
+            out = self._plan_gemm(fn, cython.address(ba), cython.address(bb), trans_a, trans_b,
+                                  cython.address(bc), cython.address(job), c, alpha)
+            if out is None:
+                return False
+            self.gemms += 1
+            h: Handoff = current()
+            prev: cython.int = h.enter_nogil() if h is not None else 0
+            with cython.nogil:
+                _run_gemm(cython.address(job))
+                if h is not None:
+                    h.state = prev
+            PyBuffer_Release(cython.address(bc))
+            return True
+        finally:
+            PyBuffer_Release(cython.address(bb))
+            PyBuffer_Release(cython.address(ba))
+
+    @cython.ccall
     def gemm2(self, a1, b1, ta1: cython.bint, tb1: cython.bint, a2, b2, ta2: cython.bint,
-              tb2: cython.bint):
+              tb2: cython.bint, c1=None, alpha1: cython.double = 1.0, c2=None,
+              alpha2: cython.double = 1.0):
         """Two independent products, ``gemm(a1, b1, ta1, tb1)`` and ``gemm(a2, b2, ta2, tb2)``,
         at the same time: the second on a native thread of its own (started on first use, again
         after a fork), the first on this one, both without the GIL.  The same CBLAS calls as
-        ``gemm``'s, so the same bits.  None when either cannot go through CBLAS (the caller then
-        runs them one by one)."""
+        ``gemm``'s, so the same bits.  A product given its ``c`` is ``gemm_update``'s instead
+        (``c += alpha * product``, in place; ``c`` is returned).  None when either cannot go
+        through CBLAS (the caller then runs them one by one)."""
         if not cython.compiled:
             return None
         fn1: cython.p_void = self._fn(a1, b1)
@@ -385,11 +424,11 @@ class CpuKernels:
             _acquire2(a2, b2, cython.address(ba2), cython.address(bb2))
             try:
                 out1 = self._plan_gemm(fn1, cython.address(ba1), cython.address(bb1), ta1, tb1,
-                                       cython.address(bc1), cython.address(job))
+                                       cython.address(bc1), cython.address(job), c1, alpha1)
                 if out1 is None:
                     return None
                 out2 = self._plan_gemm(fn2, cython.address(ba2), cython.address(bb2), ta2, tb2,
-                                       cython.address(bc2), cython.address(pair.job))
+                                       cython.address(bc2), cython.address(pair.job), c2, alpha2)
                 if out2 is None:
                     PyBuffer_Release(cython.address(bc1))
                     return None
@@ -441,9 +480,11 @@ class CpuKernels:
     def _plan_gemm(self, fn: cython.p_void, va: cython.pointer(Py_buffer),  # noqa: F821
                    vb: cython.pointer(Py_buffer), trans_a: cython.bint,  # noqa: F821
                    trans_b: cython.bint, vc: cython.pointer(Py_buffer),  # noqa: F821
-                   job: cython.pointer(GemmJob)):  # noqa: F821
-        # fills ``job`` for op(a) @ op(b) into a new array (returned, its buffer ``vc`` held);
-        # None when CBLAS cannot take these layouts or the product is small
+                   job: cython.pointer(GemmJob), c=None,  # noqa: F821
+                   alpha: cython.double = 1.0):
+        # fills ``job`` for op(a) @ op(b) into a new array (returned, its buffer ``vc`` held) --
+        # or, given ``c``, for ``c += alpha * op(a) @ op(b)`` (``c`` returned); None when CBLAS
+        # cannot take these layouts (or ``c``), or the product is small
         if va.ndim != 2 or vb.ndim != 2:
             return None
         item: cython.Py_ssize_t = va.itemsize
@@ -462,9 +503,18 @@ class CpuKernels:
         n: cython.Py_ssize_t = rb if trans_b else cb
         if k != k2 or m == 0 or n == 0 or k == 0 or m * n * k < MIN_GEMM_WORK:
             return None
-        out = np.empty((m, n), np.float32 if item == 4 else np.float64)
+        if c is None:
+            out = np.empty((m, n), np.float32 if item == 4 else np.float64)
+        else:  # an update in place: a whole C-contiguous (m, n) array of the product's dtype
+            out = c
+            if (type(c) is not np.ndarray or c.shape != (m, n) or c.itemsize != item
+                    or c.dtype.kind != "f" or not c.flags.c_contiguous or not c.flags.writeable
+                    or _overlaps(c, va) or _overlaps(c, vb)):
+                return None
         if PyObject_GetBuffer(out, vc, PyBUF_RECORDS) < 0:
             return None
+        job.alpha = 1.0 if c is None else alpha
+        job.beta = 0.0 if c is None else 1.0
         job.fn = fn
         job.single = item == 4
         job.ilp64 = self._ilp64
@@ -485,29 +535,31 @@ class CpuKernels:
 @cython.nogil
 @cython.exceptval(check=False)
 def _run_gemm(job: cython.pointer(GemmJob)) -> cython.void:  # noqa: F821
-    # C = A @ B of the job, by the CBLAS function it names (row-major, alpha 1, beta 0)
+    # C = alpha * A @ B + beta * C of the job, by the CBLAS function it names (row-major)
     fn: cython.p_void = job.fn
     order: cython.int = 101  # CblasRowMajor (_ROW_MAJOR: a Python int, out of reach here)
     if job.single and job.ilp64:
         cython.cast(sgemm64_t, fn)(  # noqa: F821
-            order, job.ta, job.tb, job.m, job.n, job.k, 1.0, cython.cast(cython.p_float, job.pa),
-            job.lda, cython.cast(cython.p_float, job.pb), job.ldb, 0.0,
-            cython.cast(cython.p_float, job.pc), job.n)
+            order, job.ta, job.tb, job.m, job.n, job.k, cython.cast(cython.float, job.alpha),
+            cython.cast(cython.p_float, job.pa), job.lda, cython.cast(cython.p_float, job.pb),
+            job.ldb, cython.cast(cython.float, job.beta), cython.cast(cython.p_float, job.pc),
+            job.n)
     elif job.single:
         cython.cast(sgemm32_t, fn)(  # noqa: F821
-            order, job.ta, job.tb, job.m, job.n, job.k, 1.0, cython.cast(cython.p_float, job.pa),
-            job.lda, cython.cast(cython.p_float, job.pb), job.ldb, 0.0,
-            cython.cast(cython.p_float, job.pc), job.n)
+            order, job.ta, job.tb, job.m, job.n, job.k, cython.cast(cython.float, job.alpha),
+            cython.cast(cython.p_float, job.pa), job.lda, cython.cast(cython.p_float, job.pb),
+            job.ldb, cython.cast(cython.float, job.beta), cython.cast(cython.p_float, job.pc),
+            job.n)
     elif job.ilp64:
         cython.cast(dgemm64_t, fn)(  # noqa: F821
-            order, job.ta, job.tb, job.m, job.n, job.k, 1.0,
+            order, job.ta, job.tb, job.m, job.n, job.k, job.alpha,
             cython.cast(cython.p_double, job.pa), job.lda, cython.cast(cython.p_double, job.pb),
-            job.ldb, 0.0, cython.cast(cython.p_double, job.pc), job.n)
+            job.ldb, job.beta, cython.cast(cython.p_double, job.pc), job.n)
     else:
         cython.cast(dgemm32_t, fn)(  # noqa: F821
-            order, job.ta, job.tb, job.m, job.n, job.k, 1.0,
+            order, job.ta, job.tb, job.m, job.n, job.k, job.alpha,
             cython.cast(cython.p_double, job.pa), job.lda, cython.cast(cython.p_double, job.pb),
-            job.ldb, 0.0, cython.cast(cython.p_double, job.pc), job.n)
+            job.ldb, job.beta, cython.cast(cython.p_double, job.pc), job.n)
 
 
 @cython.cfunc
@@ -520,6 +572,20 @@ def _pair_main(arg: cython.p_void) -> cython.void:
         PyThread_acquire_lock(pair.go, WAIT_LOCK)
         _run_gemm(cython.address(pair.job))
         PyThread_release_lock(pair.done)
+
+
+@cython.cfunc
+def _overlaps(vc_of, va: cython.pointer(Py_buffer)) -> cython.bint:  # noqa: F821
+    # whether array ``vc_of``'s bytes and the span of buffer ``va`` meet (CBLAS must not write
+    # into what it reads)
+    start: cython.Py_ssize_t = vc_of.ctypes.data
+    stop: cython.Py_ssize_t = start + vc_of.nbytes
+    a0: cython.Py_ssize_t = cython.cast(cython.Py_ssize_t, va.buf)
+    span: cython.Py_ssize_t = va.itemsize
+    d: cython.int
+    for d in range(va.ndim):
+        span += (va.shape[d] - 1) * abs(va.strides[d])
+    return a0 < stop and start < a0 + span
 
 
 @cython.cfunc

@@ -7,13 +7,18 @@
   ``arrays[k]``, the buffer of an input whose tensor this op was the last user of (the device
   checks first that nothing else can see it and that its shape and dtype are output 0's).
   ``None`` declines (the ordinary kernel runs).
+* ``DONATING[cls](op, arrays, donated) -> tuple of arrays`` -- optional, for ops with several
+  outputs that overwrite inputs of their own (a compiled trace program's parameter updates):
+  called instead of the kernel when the op frees inputs, with ``donated`` the positions of those
+  that nothing else can see (whole, writeable, C-contiguous arrays); the op may write into them.
 
 A kernel is looked up by the op's class, then by its base classes.
 """
-__all__ = ["KERNELS", "INPLACE", "def_kernel", "def_inplace"]
+__all__ = ["KERNELS", "INPLACE", "DONATING", "def_kernel", "def_inplace", "def_donating"]
 
 KERNELS = {}  # op class -> fn(op, *arrays)
 INPLACE = {}  # op class -> fn(op, arrays, k)
+DONATING = {}  # op class -> fn(op, arrays, donated positions)
 
 
 def def_kernel(cls):
@@ -28,5 +33,14 @@ def def_inplace(cls):
     """Decorator: register ``fn(op, arrays, k)`` as ``cls``'s in-place CPU kernel (see above)."""
     def deco(fn):
         INPLACE[cls] = fn
+        return fn
+    return deco
+
+
+def def_donating(cls):
+    """Decorator: register ``fn(op, arrays, donated)`` as ``cls``'s donating CPU kernel (see
+    above)."""
+    def deco(fn):
+        DONATING[cls] = fn
         return fn
     return deco
