@@ -246,6 +246,35 @@ def test_the_caller_waits_for_a_running_worker_and_for_a_pair(state, waits):
     assert not h.caller_waiting
 
 
+@pytest.mark.parametrize("caller_blocked", [False, True])
+def test_a_worker_pairs_products_only_while_its_caller_is_blocked(caller_blocked):
+    # gemm2 on a worker's thread: two threads at once only when the caller waits in the
+    # channel (its core is free); while the caller's Python runs, one after the other
+    h = _handoff.Handoff()
+    h.caller_blocked = caller_blocked
+    rng = np.random.RandomState(4)
+    a1, b1 = rng.randn(64, 200).astype("float32"), rng.randn(200, 150).astype("float32")
+    a2, b2 = rng.randn(200, 64).astype("float32"), rng.randn(200, 90).astype("float32")
+    got = {}
+
+    def worker():
+        h.bind()
+        before = (CPU.pairs, CPU.gemms)
+        got["out"] = CPU.gemm2(a1, b1, False, False, a2, b2, True, False)
+        got["counts"] = (CPU.pairs - before[0], CPU.gemms - before[1])
+
+    t = threading.Thread(target=worker)
+    t.start()
+    t.join()
+    if not CPU.has_blas:
+        assert got["out"] is None
+        return
+    assert got["counts"] == ((1 if caller_blocked else 0), 2)
+    np.testing.assert_array_equal(got["out"][0], CPU.gemm(a1, b1, False, False))
+    np.testing.assert_array_equal(got["out"][1], CPU.gemm(a2, b2, True, False))
+    assert h.state == _handoff.IDLE
+
+
 def test_worker_sleeps_and_wakes_through_the_handoff():
     h = ch.handoff
     mge._full_sync()

@@ -281,9 +281,11 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self._wait_now(info)
 
     def _wait_now(self, info):
+        handoff: Handoff = self.handoff
         with self.cv:
             self.waiting = True
             self.waiting_for = info
+            handoff.caller_blocked = True  # (the worker may take both cores: handoff.gemm2)
             try:
                 self.flush()
                 requested = False
@@ -316,6 +318,7 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
             finally:
                 self.waiting = False
                 self.waiting_for = None
+                handoff.caller_blocked = False
 
     # -- control -------------------------------------------------------------------------------
     def _sync_locked(self):
@@ -339,8 +342,10 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self._wait_idle_now()
 
     def _wait_idle_now(self):
+        handoff: Handoff = self.handoff
         with self.cv:
             self.waiting = True
+            handoff.caller_blocked = True
             try:
                 self.flush()
                 while True:
@@ -352,6 +357,7 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
                     self.cv.wait()
             finally:
                 self.waiting = False
+                handoff.caller_blocked = False
 
     def _raise_errors(self, original=False):
         errors, self.errors = self.errors, []

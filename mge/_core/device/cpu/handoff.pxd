@@ -21,6 +21,7 @@ ctypedef void (*dgemm64_t)(int, int, int, int64_t, int64_t, int64_t, double, con
 cdef class Handoff:
     cdef public int state
     cdef public bint caller_waiting
+    cdef public bint caller_blocked
     cdef public bint wake_pending
     cdef public long long yields
     cdef public long long timeouts
