@@ -23,7 +23,7 @@ def _reduced(fn):
         loss = fn(*args, **kwargs)
         if reduction == "none":
             return loss
-        return apply(Reduce(reduction, None, False), loss)[0]
+        return apply(Reduce.get(reduction, None, False), loss)[0]
     return wrapper
 
 
@@ -74,10 +74,10 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         raise ValueError(f"cross_entropy: label must have one dim less than pred; pred shape "
                          f"{pred.shape}, label shape {label.shape}")
     if with_logits:
-        logp = apply(LogSoftmax(int(axis)), pred)[0]
+        logp = apply(LogSoftmax.get(int(axis)), pred)[0]
     else:
         logp = _e("log", pred)
-    nll = -apply(IndexingOneHot(int(axis), False), logp, label)[0]
+    nll = -apply(IndexingOneHot.get(int(axis), False), logp, label)[0]
     ls = label_smooth
     if ls is None or (isinstance(ls, (int, float)) and ls == 0):
         return nll

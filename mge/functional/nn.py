@@ -184,7 +184,7 @@ def linear(inp, weight, bias=None, compute_mode="default"):
         raise ValueError(f"linear: input {shape} and weight {weight.shape} do not match "
                          f"(weight must be (out, {shape[-1]}))")
     x = inp if inp.ndim == 2 else _reshape(inp, (-1, shape[-1]))
-    out = apply(MatrixMul(False, True, compute_mode), x, weight)[0]
+    out = apply(MatrixMul.get(False, True, compute_mode), x, weight)[0]
     if inp.ndim != 2:
         out = _reshape(out, tuple(shape[:-1]) + (weight.shape[0],))
     return out if bias is None else out + bias

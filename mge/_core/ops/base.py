@@ -85,26 +85,21 @@ class OpDef:
     @classmethod
     def get(cls, *args):
         """The shared ``cls(*args)``: equal parameters give the same instance."""
-        try:
-            # Parameters that are all strings or None (``Elemwise.get("add")``, on many ops'
-            # path) cannot be mistaken for equal values of another type: the key needs no types.
-            return _INTERNED[(cls, args)]
-        except KeyError:
-            pass
-        except TypeError:  # unhashable parameters (lists): the constructor freezes them
-            op = cls(*args)
-            return _BY_VALUE.setdefault(op, op)
+        # Parameters that are all strings or None (``Elemwise.get("add")``, on many ops' path)
+        # cannot be mistaken for equal values of another type: their key needs no types.
         plain = True
         for a in args:
             if a is not None and type(a) is not str:
                 plain = False
                 break
-        key = (cls, args) if plain else (cls, args, _types(args))
-        if not plain:
-            try:
-                return _INTERNED[key]
-            except KeyError:
-                pass
+        try:
+            key = (cls, args) if plain else (cls, args, _types(args))
+            op = _INTERNED.get(key)
+        except TypeError:  # unhashable parameters (lists): the constructor freezes them
+            op = cls(*args)
+            return _BY_VALUE.setdefault(op, op)
+        if op is not None:
+            return op
         op = cls(*args)
         op = _BY_VALUE.setdefault(op, op)
         if len(_INTERNED) > 16384:  # bounded: a program that makes ops from data
