@@ -1383,6 +1383,116 @@ def test_gemm_update_adds_the_scaled_product_in_place():
         assert not cpu.gemm_update(sq, sq.copy(), False, False, sq, 1.0)
 
 
+# -- large products overlapped with the small steps beside them -----------------------------------
+def _handoff_cpu():
+    from mge._core import _accel
+    return _accel.load("mge._core.device.cpu.handoff").CPU
+
+
+@pytest.mark.parametrize("overlap", [False, True])
+def test_products_overlapped_with_small_steps_give_the_eager_bits(monkeypatch, symbolic, overlap):
+    # forced on (this machine may measure its hand-over too slow to pay): the same kernels on
+    # the same values, a product started on the second thread while the small steps run
+    from mge.jit import program
+    monkeypatch.setattr(program, "OVERLAP_PRODUCTS", overlap)
+    monkeypatch.setattr(program, "FOLD_UPDATES", False)  # (folded updates round differently)
+    cpu = _handoff_cpu()
+    batches = _sgd_batches(4, width=512, classes=256)
+    eager_layers, eager_step = _mlp_sgd(sizes=(512, 512, 256))
+    layers, step = _mlp_sgd(sizes=(512, 512, 256))
+    traced = trace(step, symbolic=symbolic)
+    starts = cpu.starts
+    for x, y in batches:
+        np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
+    for a, b in zip(_weights(layers), _weights(eager_layers)):
+        np.testing.assert_array_equal(a, b)
+    assert (cpu.starts > starts) == (overlap and cpu.has_blas)
+    assert not cpu.started
+
+
+def test_a_kernel_error_beside_an_overlapped_product_surfaces(monkeypatch):
+    # the failing step runs while the product is on the second thread: the product is waited
+    # for, the error names the step, and the runtime (the second thread too) goes on
+    from mge.jit import program
+    monkeypatch.setattr(program, "OVERLAP_PRODUCTS", True)
+    cpu = _handoff_cpu()
+    w = mge.tensor(arr((512, 512), seed=1))
+
+    def f(x, src, i):
+        return F.matmul(x, w), F.indexing_one_hot(src, i, 1) * 2
+
+    tf = trace(f, symbolic=True)
+    x, src = mge.tensor(arr((64, 512))), mge.tensor(arr((4, 5)))
+    good = mge.tensor(np.array([0, 1, 2, 3], "int32"))
+    for _ in range(2):
+        y, z = tf(x, src, good)
+        check(y, x.numpy() @ w.numpy())
+        check(z, src.numpy()[np.arange(4), [0, 1, 2, 3]] * 2)
+    starts = cpu.starts
+    bad = mge.tensor(np.array([0, 1, 7, 3], "int32"))
+    raises_at_run(IndexError, "IndexingOneHot: index out of range",
+                  lambda: tf(x, src, bad)[1].numpy())
+    mge_sync()
+    assert not cpu.started and cpu.starts == starts + (1 if cpu.has_blas else 0)
+    _runtime_still_works()
+    y, z = tf(x, src, good)  # the trace still replays, overlapping again
+    check(y, x.numpy() @ w.numpy())
+    check(z, src.numpy()[np.arange(4), [0, 1, 2, 3]] * 2)
+
+
+def test_gemm_start_runs_one_product_on_the_second_thread():
+    cpu = _handoff_cpu()
+    rng = np.random.RandomState(8)
+    a, b = rng.randn(96, 200).astype("float32"), rng.randn(150, 200).astype("float32")
+    out = cpu.gemm_start(a, b, False, True)
+    if out is None:  # the pure-Python twin, or no CBLAS
+        assert not cpu.has_blas and not cpu.started
+        cpu.gemm_join()  # (nothing to wait for)
+        return
+    assert cpu.started
+    assert cpu.gemm_start(a, b, False, True) is None  # one at a time
+    assert cpu.gemm2(a, b, False, True, a, b, False, True) is None  # its thread is busy
+    cpu.gemm_join()
+    assert not cpu.started
+    np.testing.assert_array_equal(out, cpu.gemm(a, b, False, True))
+    c0 = rng.randn(96, 150).astype("float32")
+    c = c0.copy()
+    assert cpu.gemm_start(a, b, False, True, c, -0.5) is c
+    cpu.gemm_join()
+    want = c0.copy()
+    assert cpu.gemm_update(a, b, False, True, want, -0.5)
+    np.testing.assert_array_equal(c, want)
+    cpu.gemm_join()  # (nothing to wait for)
+
+
+def test_a_fork_waits_for_a_started_product():
+    # a fork waits for the product its thread started (OpenBLAS must not be copied mid-product);
+    # the child starts and joins products of its own
+    import os
+
+    cpu = _handoff_cpu()
+    a = np.random.RandomState(0).randn(64, 128).astype("float32")
+    out = cpu.gemm_start(a, a, False, True)
+    started = out is not None
+    pid = os.fork()
+    assert not cpu.started
+    if pid == 0:  # pragma: no cover (the child)
+        ok = False
+        try:
+            cpu.gemm_join()  # the parent's: nothing to wait for here
+            out = cpu.gemm_start(a, a, True, False)
+            cpu.gemm_join()
+            ok = out is None or np.array_equal(out, cpu.gemm(a, a, True, False))
+        finally:
+            os._exit(0 if ok else 1)
+    cpu.gemm_join()  # (already joined by the fork)
+    _, status = os.waitpid(pid, 0)
+    assert os.WIFEXITED(status) and os.WEXITSTATUS(status) == 0
+    assert started == cpu.has_blas
+    if started:
+        np.testing.assert_array_equal(out, cpu.gemm(a, a, False, True))
+
+
 # -- compiler passes: common subexpressions, constant folding --------------------------------------
 def _kernel_calls(traced):
     return {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}

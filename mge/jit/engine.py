@@ -20,7 +20,7 @@ else:
 
 _clock = time.perf_counter
 
-__all__ = ["run_plan", "run_fused", "ADD", "SUB", "MUL", "DIV", "NEG"]
+__all__ = ["run_plan", "run_fused", "set_overlap", "ADD", "SUB", "MUL", "DIV", "NEG"]
 
 
 def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tuple, name,
@@ -28,13 +28,35 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
     """Run ``plan`` (``[(op, input slots, output slots, descs, reuse, frees, ufunc, into)]``) on
     ``inputs`` through ``cpu_``'s kernel door (or ``ufunc(*args, out=args[into])`` where the
     plan says so); returns the values of ``out_slots``.  With a ``profile`` dict, each step's
-    count and time are added to ``profile[op name]`` (``[calls, seconds]``)."""
+    count and time are added to ``profile[op name]`` (``[calls, seconds]``).
+
+    A step whose ``ufunc`` field is a list is a product *overlapped* with those steps: the
+    product starts on the second GEMM thread (``set_overlap``'s ``start``), the listed steps
+    run here meanwhile, then ``join`` waits for it (a product that cannot start runs after
+    them, here)."""
     cpu: CpuDevice = cpu_
     env = [None] * n_slots
     k: cython.Py_ssize_t
     for k in range(len(inputs)):
         env[k] = inputs[k]
     inputs = None
+    _run_steps(cpu, plan, env, name, profile)
+    return tuple([env[s] for s in out_slots])
+
+
+_start = None  # (op, args) -> the product's outputs, started, or None (set_overlap)
+_join = None
+
+
+def set_overlap(start, join):
+    """The functions overlapped steps start and join their products with (``mge.jit.program``)."""
+    global _start, _join
+    _start, _join = start, join
+
+
+@cython.cfunc
+def _run_steps(cpu: CpuDevice, plan: list, env: list, name, profile):
+    k: cython.Py_ssize_t
     step: tuple
     for step in plan:
         ins: tuple = step[1]
@@ -46,6 +68,13 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
             env[cython.cast(cython.Py_ssize_t, frees[k])] = None
         ufunc = step[6]
         t0: cython.double = _clock() if profile is not None else 0.0
+        if type(ufunc) is list:  # a product overlapped with the steps listed
+            res = _overlapped(cpu, step, args, ufunc, env, name, profile, t0)
+            args = None
+            outs_: tuple = step[2]
+            for k in range(len(outs_)):
+                env[cython.cast(cython.Py_ssize_t, outs_[k])] = res[k]
+            continue
         try:
             if step[0] is None:  # a fused chain (program.py): step[6] holds its tables
                 st = cython.cast(tuple, ufunc)
@@ -64,7 +93,34 @@ def run_plan(cpu_, plan: list, n_slots: cython.Py_ssize_t, inputs, out_slots: tu
         outs: tuple = step[2]
         for k in range(len(outs)):
             env[cython.cast(cython.Py_ssize_t, outs[k])] = res[k]
-    return tuple([env[s] for s in out_slots])
+
+
+@cython.cfunc
+def _overlapped(cpu: CpuDevice, step: tuple, args: list, steps: list, env: list, name, profile,
+                t0: cython.double):
+    # the product of ``step`` on the second thread while ``steps`` run here; its outputs
+    op = step[0]
+    try:
+        res = _start(op, args)
+    except Exception as e:
+        _name_the_op(e, op, name)
+        raise
+    spent: cython.double = _clock() - t0 if profile is not None else 0.0
+    try:
+        _run_steps(cpu, steps, env, name, profile)  # (each names its own errors)
+    finally:
+        t1: cython.double = _clock() if profile is not None else 0.0
+        if res is not None:
+            _join()
+    try:
+        if res is None:  # it could not start: it runs now, here
+            res = cpu.execute(op, args, step[3], step[4])
+    except Exception as e:
+        _name_the_op(e, op, name)
+        raise
+    if profile is not None:  # the product's time: its start, the wait for it (or its run)
+        _account(profile, op, spent + _clock() - t1)
+    return res
 
 
 def _account(profile, op, seconds):

@@ -34,6 +34,10 @@ of a ``Recording`` (``compile_program``) does, in order:
   thread and the machine has another core: the same CBLAS calls, so the same bits.  The second
   may come up to ``PAIR_LOOKAHEAD`` steps later, when moving it up changes nothing it or the
   steps it jumps read;
+* **products overlapped with small steps** -- a large single product starts on the second
+  thread (``CpuKernels.gemm_start``) while the small steps around it that do not need it run,
+  then the program waits for it (``_overlap_products``), where a hand-over to that thread is
+  measured quick enough to pay (``overlaps_pay``);
 * **the thread** -- the program runs on the worker thread when one of its ops would
   (``long_running``: matrix products, convolutions), overlapping the caller's Python, and on the
   caller's thread otherwise.
@@ -307,9 +311,10 @@ def _partner(plan, works, i):
 
 
 def _pair_products(plan, works):
-    # independent large products -> one MatrixMulPair step (at the first one's place)
+    # independent large products -> one MatrixMulPair step (at the first one's place); returns
+    # the plan and its steps' works (a pair's: 0, it pairs no further)
     plan, works = list(plan), list(works)
-    out, i = [], 0
+    out, out_works, i = [], [], 0
     while i < len(plan):
         p = plan[i]
         j = _partner(plan, works, i) if works[i] >= PAIR_MIN_WORK else None
@@ -318,10 +323,156 @@ def _pair_products(plan, works):
             works.pop(j)
             out.append((MatrixMulPair(p[0], q[0]), p[1] + q[1], p[2] + q[2], p[3] + q[3], None,
                         p[5] + q[5], None, -1))
+            out_works.append(0)
         else:
             out.append(p)
+            out_works.append(works[i])
         i += 1
-    return out
+    return out, out_works
+
+
+# -- products overlapped with the small steps around them ------------------------------------------
+OVERLAP_MIN_WORK = 1 << 22  # multiply-adds of a product worth starting on the second thread
+OVERLAP_WINDOW = 16         # plan steps: how far before and after a product its company comes from
+#: The longest hand-over to the second thread (start and join, beyond running the product
+#: here) at which overlapping pays: the small steps beside a product save tens of microseconds.
+OVERLAP_MAX_HANDOVER_US = 30.0
+#: Whether programs overlap products with small steps: ``None`` decides by measuring the
+#: hand-over once (``overlaps_pay()``); True or False forces it (tests, measurements).
+OVERLAP_PRODUCTS = None
+_handover_us = None
+
+
+def handover_us():
+    """The measured cost of handing a product to the second thread and waiting for it, beyond
+    running it here (microseconds, the median of 15 tries on a small product; measured once)."""
+    global _handover_us
+    if _handover_us is None:
+        import time
+
+        import numpy as np
+        a = np.ones((64, 64), np.float32)
+        extra = []
+        for _ in range(15):
+            t0 = time.perf_counter()
+            started = _CPU.gemm_start(a, a, False, False) is not None
+            _CPU.gemm_join()
+            t1 = time.perf_counter()
+            _CPU.gemm(a, a, False, False)
+            t2 = time.perf_counter()
+            if not started:
+                extra = [float("inf")]
+                break
+            extra.append((t1 - t0) - (t2 - t1))
+        extra.sort()
+        _handover_us = extra[len(extra) // 2] * 1e6
+    return _handover_us
+
+
+def overlaps_pay():
+    """Whether programs overlap large products with small steps here: pairs pay (one BLAS
+    thread, a second core), and a hand-over to the second thread costs at most
+    ``OVERLAP_MAX_HANDOVER_US`` (measured: about 100 us on the 2-core virtual machine this was
+    built on, where overlapping made a traced MLP step 15% slower; a few microseconds on bare
+    metal), unless ``OVERLAP_PRODUCTS`` says otherwise."""
+    if OVERLAP_PRODUCTS is not None:
+        return bool(OVERLAP_PRODUCTS) and _CPU.has_blas
+    return pairs_pay() and _CPU.has_blas and handover_us() <= OVERLAP_MAX_HANDOVER_US
+
+
+def _overlap_start(op, args):
+    # starts a plan's product on the second GEMM thread: its outputs (ready after the join)
+    if type(op) is MatrixMulUpdate:
+        p = op.product
+        c = _CPU.gemm_start(args[0], args[1], p.transposeA, p.transposeB, args[2], op.alpha)
+    else:
+        c = _CPU.gemm_start(args[0], args[1], op.transposeA, op.transposeB)
+    return None if c is None else (c,)
+
+
+_run.set_overlap(_overlap_start, _CPU.gemm_join)
+
+
+def _reads(step):
+    return set(step[1])
+
+
+def _may_join(step, works_j):
+    # a step that may run beside a started product: a small kernel, not a product to pair, not
+    # a pair or group (they use the second thread), not a random-number op (seeds are per step)
+    op = step[0]
+    if works_j >= PAIR_MIN_WORK or type(step[6]) is list:
+        return False
+    return op is None or (type(op) is not MatrixMulPair and not op.seeded)
+
+
+def _overlap_products(plan, works):
+    """Each large single product (not a pair) starts on the second thread, and small steps that
+    do not need it run beside it: steps after it that read none of its results (nor of the
+    steps they would jump), and steps before it whose results only later steps read.  Neither
+    may free, overwrite or write into what the product reads, nor read what it overwrites; a
+    moved step frees nothing that a step it jumps still reads.  The same kernels on the same
+    values: the same bits."""
+    plan, works = list(plan), list(works)
+    i = 0
+    while i < len(plan):
+        p = plan[i]
+        if (works[i] < OVERLAP_MIN_WORK or type(p[0]) not in (MatrixMul, MatrixMulUpdate)
+                or type(p[6]) is list):
+            i += 1
+            continue
+        p_reads, p_made, p_written = set(p[1]), set(p[2]), set(_written(p))
+        untouchable = p_reads | p_written  # what company must not free or write into
+
+        def fits(q):
+            return (not set(q[1]) & (p_made | p_written)
+                    and not (set(q[5]) | set(_written(q))) & untouchable)
+
+        # company from before: steps whose results only steps after the product read
+        before, chosen = [], set()
+        for k in range(i - 1, max(-1, i - 1 - OVERLAP_WINDOW), -1):
+            q = plan[k]
+            if not _may_join(q, works[k]) or not fits(q):
+                continue
+            made = set(q[2])
+            jumped = [plan[m] for m in range(k + 1, i + 1) if m not in chosen]
+            if any(made & _reads(r) for r in jumped):
+                continue  # a jumped step (or the product) needs it
+            if any((set(r[5]) | set(_written(r))) & _reads(q) for r in jumped):
+                continue  # a jumped step frees or overwrites what it reads
+            if any(set(q[5]) & _reads(r) for r in jumped):
+                continue
+            chosen.add(k)
+            before.append(k)
+        before.reverse()
+        # company from after: steps reading nothing made by the product or by steps staying
+        after, stay_made, stay_reads = [], set(p_made), set()
+        for j in range(i + 1, min(len(plan), i + 1 + OVERLAP_WINDOW)):
+            q = plan[j]
+            if (_may_join(q, works[j]) and fits(q) and not set(q[1]) & stay_made
+                    and not set(q[5]) & stay_reads and not set(_written(q)) & stay_reads):
+                after.append(j)
+                continue
+            stay_made.update(q[2])
+            stay_reads.update(q[1])
+            stay_made.update(_written(q))
+        company = before + after
+        if not company:
+            i += 1
+            continue
+        group = (p[0], p[1], p[2], p[3], p[4], p[5], [plan[k] for k in company], -1)
+        drop = set(company)
+        new_plan, new_works = [], []
+        for k, (q, w) in enumerate(zip(plan, works)):
+            if k == i:
+                new_plan.append(group)
+                new_works.append(w)
+            elif k not in drop:
+                new_plan.append(q)
+                new_works.append(w)
+        i = new_plan.index(group) + 1
+        plan, works = new_plan, new_works
+    return plan
 
 
 UPDATE_MIN_SIZE = 1 << 15  # elements of a parameter: smaller updates stay SGDUpdate steps
@@ -588,7 +739,9 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
         plan.append((op, in_slots, tuple(out_slots), out_descs, reuse, tuple(frees), ufunc, into))
         works.append(_gemm_work(rec, op, ins, outs))
     if pairs_pay():
-        plan = _pair_products(plan, works)
+        plan, works = _pair_products(plan, works)
+    if overlaps_pay():
+        plan = _overlap_products(plan, works)
     # the input slots updates write over (a pair's too): the program's to write (_run_donated)
     donors = sorted({s for step in plan for s in _written(step)})
     seeded = {ops[k][0]: k for k in keep if ops[k][0].seeded}  # (seeds make them unique)

@@ -689,6 +689,7 @@ def _fork_before(ref):
     # (OpenBLAS without the GIL) copies its locks mid-operation and hung both processes.  So the
     # queued work runs first (errors stay pending for the parent's next sync point).  A fork from
     # inside a kernel (the worker thread itself) cannot wait for itself and proceeds.
+    _handoff.CPU.join_before_fork()  # (a product this thread started, for the same reason)
     ch = ref()
     if ch is None or ch.closed or _get_ident() == ch.worker.tid:
         return

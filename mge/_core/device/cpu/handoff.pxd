@@ -69,16 +69,25 @@ cdef struct PairThread:
 cdef class CpuKernels:
     cdef public long long gemms
     cdef public long long pairs
+    cdef public long long starts
     cdef void *_sgemm
     cdef void *_dgemm
     cdef bint _ilp64
     cdef PairThread *_pair
+    cdef public bint started  # a product runs on the second thread (gemm_start) until gemm_join
+    cdef unsigned long _starter  # the thread that started it
+    cdef Py_buffer _sa
+    cdef Py_buffer _sb
+    cdef Py_buffer _sc
     cpdef add_scaled(self, out, y, x, double a)
     cpdef relu_grad(self, x, dy)
     cpdef gemm(self, a, b, bint trans_a, bint trans_b)
     cpdef gemm2(self, a1, b1, bint ta1, bint tb1, a2, b2, bint ta2, bint tb2, c1=*,
                 double alpha1=*, c2=*, double alpha2=*)
     cpdef gemm_update(self, a, b, bint trans_a, bint trans_b, c, double alpha)
+    cpdef gemm_start(self, a, b, bint trans_a, bint trans_b, c=*, double alpha=*)
+    cpdef gemm_join(self)
+    cpdef join_before_fork(self)
     cdef void *_fn(self, a, b)
     cdef _plan_gemm(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
                     Py_buffer *vc, GemmJob *job, c=*, double alpha=*)

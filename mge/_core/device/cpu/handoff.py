@@ -49,6 +49,7 @@ if cython.compiled:
     from cython.cimports.cpython.pythread import (NOWAIT_LOCK, PY_LOCK_ACQUIRED, WAIT_LOCK,
                                                   PyThread_acquire_lock,
                                                   PyThread_allocate_lock, PyThread_free_lock,
+                                                  PyThread_get_thread_ident,
                                                   PyThread_release_lock,
                                                   PyThread_start_new_thread)
     from cython.cimports.libc.stdlib import malloc
@@ -218,7 +219,9 @@ class CpuKernels:
 
     def __init__(self):
         self._ilp64 = False
-        self.gemms = self.pairs = 0  # (counters: products run, pairs of them run at once)
+        # counters: products run, pairs of them run at once, products started (gemm_start)
+        self.gemms = self.pairs = self.starts = 0
+        self.started = False
         if cython.compiled:
             self._sgemm = cython.NULL
             self._dgemm = cython.NULL
@@ -416,6 +419,8 @@ class CpuKernels:
         fn2: cython.p_void = self._fn(a2, b2)
         if fn1 == cython.NULL or fn2 == cython.NULL:
             return None
+        if self.started:  # (the second thread runs a started product: one after the other)
+            return None
         pair: cython.pointer(PairThread) = self._pair_thread()  # noqa: F821
         if pair == cython.NULL:
             return None
@@ -471,6 +476,72 @@ class CpuKernels:
         finally:
             PyBuffer_Release(cython.address(bb1))
             PyBuffer_Release(cython.address(ba1))
+
+    @cython.ccall
+    def gemm_start(self, a, b, trans_a: cython.bint, trans_b: cython.bint, c=None,
+                   alpha: cython.double = 1.0):
+        """Start ``gemm(a, b, trans_a, trans_b)`` (or, given ``c``, ``gemm_update``'s ``c +=
+        alpha * product``) on the second GEMM thread and return at once with its output array,
+        to be read only after ``gemm_join()``: the calling thread runs other kernels meanwhile
+        (a compiled trace program's small ops beside a long product).  One at a time; the
+        arrays must not be written until the join.  The same CBLAS call as ``gemm``'s, so the
+        same bits.  None when it cannot (the pure-Python twin, no BLAS, a product CBLAS does not
+        take, one already started): the caller then runs the product itself."""
+        if not cython.compiled:
+            return None
+        if self.started and self._pair.pid != getpid():
+            self.started = False  # a forked child: its parent's product never ends here
+        if self.started:
+            return None
+        fn: cython.p_void = self._fn(a, b)
+        if fn == cython.NULL:
+            return None
+        pair: cython.pointer(PairThread) = self._pair_thread()  # noqa: F821
+        if pair == cython.NULL:
+            return None
+        _acquire2(a, b, cython.address(self._sa), cython.address(self._sb))
+        out = self._plan_gemm(fn, cython.address(self._sa), cython.address(self._sb), trans_a,
+                              trans_b, cython.address(self._sc), cython.address(pair.job), c,
+                              alpha)
+        if out is None:
+            PyBuffer_Release(cython.address(self._sb))
+            PyBuffer_Release(cython.address(self._sa))
+            return None
+        self.gemms += 1
+        self.starts += 1
+        self.started = True
+        self._starter = PyThread_get_thread_ident()
+        PyThread_release_lock(pair.go)
+        return out
+
+    @cython.ccall
+    def gemm_join(self):
+        """Wait for the product ``gemm_start`` started (without the GIL: on a worker, the
+        caller may have it meanwhile); nothing when none runs."""
+        if not cython.compiled or not self.started:
+            return
+        pair: cython.pointer(PairThread) = self._pair  # noqa: F821
+        if pair.pid != getpid():  # a forked child: the parent's thread is not here to finish
+            self.started = False
+            return
+        h: Handoff = current()
+        prev: cython.int = h.enter_nogil() if h is not None else 0
+        with cython.nogil:
+            PyThread_acquire_lock(pair.done, WAIT_LOCK)
+            if h is not None:
+                h.state = prev
+        self.started = False
+        PyBuffer_Release(cython.address(self._sc))
+        PyBuffer_Release(cython.address(self._sb))
+        PyBuffer_Release(cython.address(self._sa))
+
+    @cython.ccall
+    def join_before_fork(self):
+        """Before a fork: wait for a product this thread started (a child must not copy
+        OpenBLAS in the middle of a product; the channel drains its worker for the same
+        reason)."""
+        if cython.compiled and self.started and self._starter == PyThread_get_thread_ident():
+            self.gemm_join()
 
     @cython.cfunc
     def _pair_thread(self) -> cython.pointer(PairThread):  # noqa: F821
