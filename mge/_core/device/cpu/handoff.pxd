@@ -89,6 +89,7 @@ cdef class CpuKernels:
     cpdef gemm_join(self)
     cpdef join_before_fork(self)
     cdef void *_fn(self, a, b)
+    cdef _gemm_into(self, a, b, bint trans_a, bint trans_b, c, double alpha)
     cdef _plan_gemm(self, void *fn, Py_buffer *va, Py_buffer *vb, bint trans_a, bint trans_b,
                     Py_buffer *vc, GemmJob *job, c=*, double alpha=*)
     cdef PairThread *_pair_thread(self)

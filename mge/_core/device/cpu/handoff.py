@@ -338,31 +338,7 @@ class CpuKernels:
         the caller then uses ``np.matmul``."""
         if not cython.compiled:
             return None
-        fn: cython.p_void = self._fn(a, b)
-        if fn == cython.NULL:
-            return None
-        ba: Py_buffer  # noqa: F821
-        bb: Py_buffer  # noqa: F821
-        bc: Py_buffer  # noqa: F821
-        job: GemmJob  # noqa: F821
-        _acquire2(a, b, cython.address(ba), cython.address(bb))
-        try:
-            out = self._plan_gemm(fn, cython.address(ba), cython.address(bb), trans_a, trans_b,
-                                  cython.address(bc), cython.address(job))
-            if out is None:
-                return None
-            self.gemms += 1
-            h: Handoff = current()
-            prev: cython.int = h.enter_nogil() if h is not None else 0
-            with cython.nogil:
-                _run_gemm(cython.address(job))
-                if h is not None:
-                    h.state = prev  # the worker wants the GIL back: the caller yields at its next op
-            PyBuffer_Release(cython.address(bc))
-            return out
-        finally:
-            PyBuffer_Release(cython.address(bb))
-            PyBuffer_Release(cython.address(ba))
+        return self._gemm_into(a, b, trans_a, trans_b, None, 1.0)
 
     @cython.ccall
     def gemm_update(self, a, b, trans_a: cython.bint, trans_b: cython.bint, c,
@@ -375,9 +351,15 @@ class CpuKernels:
         other dtypes, strides or ``c``, a small product)."""
         if not cython.compiled:
             return False
+        return self._gemm_into(a, b, trans_a, trans_b, c, alpha) is not None
+
+    @cython.cfunc
+    def _gemm_into(self, a, b, trans_a: cython.bint, trans_b: cython.bint, c,
+                   alpha: cython.double):
+        # gemm (c None) or gemm_update on this thread, without the GIL; the output or None
         fn: cython.p_void = self._fn(a, b)
         if fn == cython.NULL:
-            return False
+            return None
         ba: Py_buffer  # noqa: F821
         bb: Py_buffer  # noqa: F821
         bc: Py_buffer  # noqa: F821
@@ -387,16 +369,16 @@ class CpuKernels:
             out = self._plan_gemm(fn, cython.address(ba), cython.address(bb), trans_a, trans_b,
                                   cython.address(bc), cython.address(job), c, alpha)
             if out is None:
-                return False
+                return None
             self.gemms += 1
             h: Handoff = current()
             prev: cython.int = h.enter_nogil() if h is not None else 0
             with cython.nogil:
                 _run_gemm(cython.address(job))
                 if h is not None:
-                    h.state = prev
+                    h.state = prev  # the worker wants the GIL back: the caller yields at its next op
             PyBuffer_Release(cython.address(bc))
-            return True
+            return out
         finally:
             PyBuffer_Release(cython.address(bb))
             PyBuffer_Release(cython.address(ba))
