@@ -223,7 +223,7 @@ _CPU = _accel.load("mge._core.device.cpu.handoff").CPU
 
 
 def _gemm_args(op, arrays):
-    # (a, b, transposeA, transposeB, c or None, alpha) of a pair's product
+    # (a, b, transposeA, transposeB, c or None, alpha) of a program's product (paired or started)
     if type(op) is MatrixMulUpdate:
         p = op.product
         return arrays[0], arrays[1], p.transposeA, p.transposeB, arrays[2], op.alpha
@@ -382,11 +382,7 @@ def overlaps_pay():
 
 def _overlap_start(op, args):
     # starts a plan's product on the second GEMM thread: its outputs (ready after the join)
-    if type(op) is MatrixMulUpdate:
-        p = op.product
-        c = _CPU.gemm_start(args[0], args[1], p.transposeA, p.transposeB, args[2], op.alpha)
-    else:
-        c = _CPU.gemm_start(args[0], args[1], op.transposeA, op.transposeB)
+    c = _CPU.gemm_start(*_gemm_args(op, args))
     return None if c is None else (c,)
 
 
@@ -470,7 +466,7 @@ def _overlap_products(plan, works):
             elif k not in drop:
                 new_plan.append(q)
                 new_works.append(w)
-        i = new_plan.index(group) + 1
+        i = i - len(before) + 1  # (the group took the product's place, the company's left)
         plan, works = new_plan, new_works
     return plan
 
@@ -516,7 +512,7 @@ def _fold_updates(ops, keep, descs, wanted, opt_level):
             continue
         mm, m_ins, m_outs = ops[kg]
         if (type(mm) is not MatrixMul or mm.compute_mode != "default" or len(m_outs) != 1
-                or p in m_ins or reads.get(g) != 1 or last_read.get(p) != k or reads[p] < 1):
+                or p in m_ins or reads.get(g) != 1 or last_read.get(p) != k):
             continue
         (sp, dp, devp), (sg, dg, _) = descs[p][:3], descs[g][:3]
         if (sp is None or sp != sg or dp != dg or len(sp) != 2 or dp.kind != "f"
