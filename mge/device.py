@@ -2,10 +2,16 @@
 
 Unlike MegEngine, whose CPU device reports 0, mge counts the bytes of live tensor storage on the
 CPU exactly: a buffer shared by several tensors (views, detached copies) counts once.
+
+The CUDA queries (count, compute capability, properties, versions) ask the driver through pycuda
+(``_core/device/cuda/driver.py``), imported on the first such call; without pycuda, the driver
+or a GPU they raise ``RuntimeError`` naming what is missing.
 """
+import operator
+
 from ._core.channel import get_channel
 from ._core.device import CompNode, as_device, get_default_device, set_default_device
-from ._core.device.registry import _cuda_available
+from ._core.device.registry import _cuda_available, _cuda_driver
 
 __all__ = ["get_default_device", "set_default_device", "CompNode", "is_cuda_available",
            "get_device_count", "get_allocated_memory", "get_max_allocated_memory",
@@ -16,14 +22,16 @@ __all__ = ["get_default_device", "set_default_device", "CompNode", "is_cuda_avai
 
 
 def is_cuda_available():
-    """Whether a CUDA device can be used (always ``False`` until mge's CUDA device exists)."""
+    """Whether tensors can live on a CUDA device: a GPU, its driver and pycuda are there, and
+    mge's CUDA device is written (``False`` until it is, see issue 16)."""
     return _cuda_available()
 
 
 def get_device_count(device_type):
-    """Number of devices of ``device_type`` ("cpu" or "gpu"/"cuda")."""
+    """Number of devices of ``device_type`` ("cpu", or "gpu"/"cuda": the GPUs the CUDA driver
+    sees, 0 without pycuda, the driver or a GPU)."""
     if device_type in ("gpu", "cuda"):
-        return 1 if is_cuda_available() else 0
+        return _cuda_driver().device_count()
     return 1
 
 
@@ -75,17 +83,13 @@ class DeviceType:
     MULTITHREAD = _DeviceTypeMember("MULTITHREAD", 6)
 
 
-def _no_cuda(what):
-    return RuntimeError(f"{what}: mge has no CUDA device yet (mge.is_cuda_available() is False)")
-
-
 def get_mem_status_bytes(device=None):
     """``(total, free)`` bytes of the memory of ``device``: for the CPU, the machine's physical
     memory and what is available of it (``MemAvailable`` of ``/proc/meminfo`` where there is
     one)."""
     dev = as_device(device)
-    if str(dev).lower().startswith(("gpu", "cuda")):
-        raise _no_cuda(f"get_mem_status_bytes({dev})")
+    if dev.kind == "cuda":
+        return _cuda_driver().memory_info(dev.index)
     total = free = 0
     try:
         with open("/proc/meminfo") as f:
@@ -128,27 +132,42 @@ def set_prealloc_config(alignment=1, min_req=32 * 1024 * 1024, max_overhead=0, g
     assert growth_factor >= 1, "growth_factor must be at least 1"
 
 
+def _gpu_index(what, device, device_type):
+    if device_type != DeviceType.CUDA:  # MegEngine: "unsupport device type for get_device_prop"
+        raise RuntimeError(f"{what}: unsupported device type {device_type!r} (only "
+                           "DeviceType.CUDA has device properties)")
+    return operator.index(device)
+
+
 def get_cuda_compute_capability(device, device_type=DeviceType.CUDA):
-    """The compute capability (``major * 10 + minor``) of CUDA device ``device``: raises
-    ``RuntimeError`` (mge has no CUDA device yet)."""
-    raise _no_cuda("get_cuda_compute_capability")
+    """The compute capability of CUDA device ``device`` (an index) as MegEngine gives it:
+    ``major * 10 + minor`` (86 for 8.6)."""
+    index = _gpu_index("get_cuda_compute_capability", device, device_type)
+    major, minor = _cuda_driver().compute_capability(index,
+                                                     f"get_cuda_compute_capability({index})")
+    return major * 10 + minor
 
 
 def get_cuda_device_property(device, device_type=DeviceType.CUDA):
-    """The properties of CUDA device ``device``: raises ``RuntimeError`` (no CUDA device yet)."""
-    raise _no_cuda("get_cuda_device_property")
+    """The properties of CUDA device ``device`` (an index): an object with ``name``,
+    ``total_memory`` (bytes), ``major`` and ``minor``, as MegEngine's ``DeviceProperties``."""
+    index = _gpu_index("get_cuda_device_property", device, device_type)
+    return _cuda_driver().properties(index, f"get_cuda_device_property({index})")
 
 
 def get_cuda_version():
-    """The CUDA runtime version mge was built with: raises ``RuntimeError`` (no CUDA device)."""
-    raise _no_cuda("get_cuda_version")
+    """The CUDA version mge's CUDA code was built against -- pycuda's, ``major * 1000 +
+    minor * 10`` (12040 for 12.4); needs pycuda, not a GPU."""
+    return _cuda_driver().cuda_version()
 
 
 def get_cudnn_version():
-    """The cuDNN version: raises ``RuntimeError`` (mge has no CUDA device yet)."""
-    raise _no_cuda("get_cudnn_version")
+    """The cuDNN version mge was built with: ``-1``, what MegEngine returns when built without
+    cuDNN (mge's CUDA device generates its own kernels and uses no cuDNN)."""
+    return -1
 
 
 def get_cuda_driver_version():
-    """The CUDA driver version: raises ``RuntimeError`` (mge has no CUDA device yet)."""
-    raise _no_cuda("get_cuda_driver_version")
+    """The latest CUDA version the installed driver supports, ``major * 1000 + minor * 10``
+    (``cuDriverGetVersion``); needs pycuda and the driver library, not a GPU."""
+    return _cuda_driver().driver_version()

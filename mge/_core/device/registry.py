@@ -137,24 +137,26 @@ def as_device(device=None):
     kind, num, stream = m.group(1), m.group(2), m.group(3) or "0"
     if kind in _ALIASES:
         kind = _ALIASES[kind] or ("cuda" if _cuda_available() else "cpu")
-    if kind == "cuda" and not _cuda_available():
-        if "cuda" not in DEVICE_KINDS:
-            raise RuntimeError(f"device {device!r}: this version of mge has no CUDA device yet; use cpu0")
-        raise RuntimeError(
-            f"device {device!r} needs CUDA, which is not available: install pycuda "
-            '(pip install "mge[cuda]") on a machine with an NVIDIA GPU'
-        )
+    index = 0 if num == "x" else int(num)
+    if kind == "cuda":
+        # says what is missing: pycuda, the driver, a GPU, that index, or the device's code
+        _cuda_driver().check_device(index, f"device {device!r}")
     registered = DEVICE_KINDS.get(kind)
     if registered is None:
         raise ValueError(_bad_name(device))
     if not registered.available():
         raise RuntimeError(f"device {device!r}: the {kind} device is not available on this machine")
-    index = 0 if num == "x" else int(num)
     logical = device if ":" in device else f"{device}:{stream}"
     physical = f"{registered.physical}{index}:{stream}"
     node = CompNode._make(logical, physical, kind, index, registered.impl(index))
     _cache[device] = node
     return node
+
+
+def _cuda_driver():
+    """``device/cuda/driver.py``, imported on first use: ``import mge`` loads no CUDA code."""
+    from .cuda import driver
+    return driver
 
 
 def _bad_name(device):
@@ -175,3 +177,7 @@ def set_default_device(device="xpux"):
     _default = device
     _cache.pop(None, None)
 
+
+# gpu<N>/cuda<N>: pycuda, the driver and the GPUs are found on first use (cuda/driver.py)
+register_device_kind("cuda", lambda index: _cuda_driver().make_device(index),
+                     available=lambda: _cuda_driver().usable(), physical="gpu")
