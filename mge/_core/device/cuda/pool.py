@@ -74,7 +74,7 @@ def _round_up(n, multiple):
 
 
 def format_bytes(n):
-    """``n`` bytes for a person: ``"3.00 MiB (3145728 bytes)"`` (just ``"512 bytes"`` below 1 KiB)."""
+    """``n`` bytes for a person: ``"3.00 MiB (3145728 bytes)"``; ``"512 bytes"`` below 1 KiB."""
     for unit, scale in (("GiB", 1 << 30), ("MiB", 1 << 20), ("KiB", 1 << 10)):
         if n >= scale:
             return f"{n / scale:.2f} {unit} ({n} bytes)"
@@ -91,7 +91,8 @@ class OutOfDeviceMemory(Exception):
     def __init__(self, nbytes, detail=""):
         self.nbytes = nbytes
         self.detail = detail
-        super().__init__(f"cannot reserve {format_bytes(nbytes)}" + (f": {detail}" if detail else ""))
+        tail = f": {detail}" if detail else ""
+        super().__init__(f"cannot reserve {format_bytes(nbytes)}{tail}")
 
 
 class PoolOutOfMemory(MemoryError):
@@ -453,9 +454,9 @@ class CachingPool:
         return live, None
 
     def _coalesce(self, block):
-        """Merge the just-freed ``block`` with its free neighbours (removed from the index); the
-        free block now covering its memory.  ``block`` itself dies unless nothing merged --
-        and even then it was the user's, so a fresh object takes its place."""
+        """Merge the just-freed ``block`` with its free neighbours (taken out of the index) and
+        return the free block now covering its memory: the left neighbour grown, or a fresh
+        object -- never ``block`` itself, which the user may still hold: it dies here."""
         left, right = block.prev, block.next
         if left is not None and not left.allocated:
             self._remove_free(left)
