@@ -244,13 +244,13 @@ class Block:
     __slots__ = ("address", "size", "requested", "allocated", "segment", "prev", "next", "_pool",
                  "__weakref__")
 
-    def __init__(self, pool, segment, address, size, requested=0, allocated=False):
+    def __init__(self, pool, segment, address, size):
         self._pool = pool
         self.segment = segment      # None once the block is dead (freed, merged or released)
         self.address = address
         self.size = size
-        self.requested = requested
-        self.allocated = allocated
+        self.requested = 0          # set with ``allocated`` when the block is handed out
+        self.allocated = False
         self.prev = None
         self.next = None
 
