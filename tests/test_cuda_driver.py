@@ -447,3 +447,18 @@ def test_forked_child_of_an_untouched_parent_probes(monkeypatch):
     assert D.get_device_count("gpu") == 0
     failing.init_error = None  # in the child the driver starts
     assert _in_child(lambda: D.get_device_count("gpu")) == 2
+
+
+@fork_only
+def test_forked_child_resolves_gpu_names_again(monkeypatch):
+    """Names the parent resolved to a GPU (once the device exists) are not reused by a forked
+    child: resolving them again gives the fork error."""
+    fake_pycuda(monkeypatch)
+    driver.probe()
+    node = registry.CompNode._make("gpu0:0", "gpu0:0", "cuda", 0)
+    registry._cache["gpu0"] = registry._cache["xpux"] = node
+    assert D.as_device("gpu0") is node
+    out = _in_child(lambda: [_error(lambda: D.as_device("gpu0")),
+                             D.as_device("xpux").physical_name])
+    assert out[0][0] == "RuntimeError" and "forked from one that initialised CUDA" in out[0][1]
+    assert out[1] == "cpu0:0"

@@ -3,6 +3,7 @@
 A kind registers a factory of ``Device`` objects (``base.py``); ``as_device`` resolves a name to
 a ``CompNode`` whose ``impl`` is that kind's device of that index.
 """
+import os
 import re
 
 __all__ = ["CompNode", "DeviceKind", "as_device", "get_default_device", "set_default_device",
@@ -181,3 +182,13 @@ def set_default_device(device="xpux"):
 # gpu<N>/cuda<N>: pycuda, the driver and the GPUs are found on first use (cuda/driver.py)
 register_device_kind("cuda", lambda index: _cuda_driver().make_device(index),
                      available=lambda: _cuda_driver().usable(), physical="gpu")
+
+
+def _forget_cuda_names():
+    # A forked child cannot use its parent's CUDA (cuda/driver.py): the names its parent
+    # resolved to a GPU (xpux included) are resolved again, so that using them says so.
+    for name in [n for n, node in _cache.items() if node.kind == "cuda"]:
+        del _cache[name]
+
+
+os.register_at_fork(after_in_child=_forget_cuda_names)
