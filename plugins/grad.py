@@ -148,7 +148,7 @@ class _Meta:
     """What a backward rule that reads no values needs of an input: its shape, dtype and device
     (the tensor itself is not kept alive by the recording)."""
 
-    __slots__ = ("shape", "dtype", "device", "_info")
+    __slots__ = ("shape", "dtype", "device")
 
     def __init__(self, x):
         info = x._info
@@ -156,7 +156,12 @@ class _Meta:
         self.shape = tuple(shape) if shape is not None else x.shape
         self.dtype = info.dtype
         self.device = x.device
-        self._info = self
+
+    @property
+    def _info(self):
+        # (rules read ``x._info.dtype`` of tensors: a _Meta is its own info -- as a property,
+        # not an attribute, so that it is no reference cycle for the garbage collector)
+        return self
 
     @property
     def ndim(self):
@@ -183,6 +188,58 @@ def _is_float(t):
     return t._info.dtype.kind == "f"
 
 
+def _in_slots(key, inputs):
+    # each input's slot for ``key`` (None for an untracked one), or None if no input is tracked
+    in_slots = None
+    i = 0
+    for x in inputs:
+        s = getattr(x, "_gslot", None)
+        if s is not None:
+            while s is not None and s[0] is not key:
+                s = s[3]
+            if s is not None:
+                if in_slots is None:
+                    in_slots = [None] * len(inputs)
+                in_slots[i] = s
+        i += 1
+    return in_slots
+
+
+def _record(key, op, inputs, outputs, in_slots):
+    # one node for ``op`` on ``key``'s tape; each output that may get a gradient gets a slot
+    node = None
+    i = 0
+    int_flow = None
+    for y in outputs:
+        kind = y._info.dtype.kind
+        if kind != "f" and kind in "iu":
+            # an integer output gets gradients only from an attached integer tensor (as
+            # MegEngine's integer gradients): indices computed from floats never do
+            if int_flow is None:
+                int_flow = any(s is not None and x._info.dtype.kind in "iu"
+                               for x, s in zip(inputs, in_slots))
+            kind = "f" if int_flow else kind
+        if kind == "f":  # bool values, and integers of float inputs, never get gradients
+            if node is None:
+                keep = KEEPS_OUTPUTS.get(type(op))
+                if len(outputs) == 1 and (keep is None or not keep(op)):
+                    held = _ref(outputs[0])
+                else:
+                    held = tuple(outputs)
+                reads = READS_INPUTS.get(type(op))
+                if reads is None or _records_paths():
+                    kept = inputs
+                else:
+                    kept = _keep_values(inputs, reads(op))
+                node = _Node(op, kept, held, in_slots)
+                tape = key._tape
+                tape.append(_ref(node))
+                if len(tape) > key._tape_limit:
+                    key._compact()
+            y._gslot = (key, node, i, getattr(y, "_gslot", None))
+        i += 1
+
+
 class GradTransformation(Transformation):
     """The layer of one :class:`GradKey` on the ``grad`` segment: records the ops it tracks.
 
@@ -202,53 +259,22 @@ class GradTransformation(Transformation):
             return _assign(key, op, inputs, next)
         if key is None or key._paused or type(op) is _Detach:
             return next(op, inputs)
-        in_slots = None
-        i = 0
-        for x in inputs:
-            s = getattr(x, "_gslot", None)
-            if s is not None:
-                while s is not None and s[0] is not key:
-                    s = s[3]
-                if s is not None:
-                    if in_slots is None:
-                        in_slots = [None] * len(inputs)
-                    in_slots[i] = s
-            i += 1
+        in_slots = _in_slots(key, inputs)
         outputs = next(op, inputs)
-        if in_slots is None:
-            return outputs
-        node = None
-        i = 0
-        int_flow = None
-        for y in outputs:
-            kind = y._info.dtype.kind
-            if kind != "f" and kind in "iu":
-                # an integer output gets gradients only from an attached integer tensor (as
-                # MegEngine's integer gradients): indices computed from floats never do
-                if int_flow is None:
-                    int_flow = any(s is not None and x._info.dtype.kind in "iu"
-                                   for x, s in zip(inputs, in_slots))
-                kind = "f" if int_flow else kind
-            if kind == "f":  # bool values, and integers of float inputs, never get gradients
-                if node is None:
-                    keep = KEEPS_OUTPUTS.get(type(op))
-                    if len(outputs) == 1 and (keep is None or not keep(op)):
-                        held = _ref(outputs[0])
-                    else:
-                        held = tuple(outputs)
-                    reads = READS_INPUTS.get(type(op))
-                    if reads is None or _records_paths():
-                        kept = inputs
-                    else:
-                        kept = _keep_values(inputs, reads(op))
-                    node = _Node(op, kept, held, in_slots)
-                    tape = key._tape
-                    tape.append(_ref(node))
-                    if len(tape) > key._tape_limit:
-                        key._compact()
-                y._gslot = (key, node, i, getattr(y, "_gslot", None))
-            i += 1
+        if in_slots is not None:
+            _record(key, op, inputs, outputs, in_slots)
         return outputs
+
+    def replayed(self, op, inputs, outputs):
+        """``jit.trace`` answered ``op`` on ``inputs`` with ``outputs`` from its recording,
+        without walking the stack: record it as :meth:`apply` would have (the tape a backward
+        that is not the recorded one needs)."""
+        key = self.key
+        if key._paused or type(op) is _Detach:
+            return
+        in_slots = _in_slots(key, inputs)
+        if in_slots is not None:
+            _record(key, op, inputs, outputs, in_slots)
 
     def __repr__(self):
         return f"<GradTransformation {'(plugin)' if self.key is None else self.key.name!r}>"

@@ -28,6 +28,7 @@ Placeholders hold *virtual* channel handles (``deleted`` set, so dropping one co
 a launch gives the tensors still alive real handles, the program's outputs.
 """
 import sys
+import weakref
 
 import mge
 from mge._core import _accel
@@ -55,6 +56,9 @@ _NUMBERS = (float, int, bool)
 # Layers above the trace segment that turn a call into ops by its input shapes and dtypes alone
 # (dtype promotion also by the AMP switch, which a call records): calls under them replay whole.
 _PURE_LAYERS = frozenset({"scalar", "dtype_promote", "dim_expansion"})
+# _Purity.check(): whether a top-level call can be recorded and replayed whole -- with the
+# grad keys' layers told of it in a replay (GradTransformation.replayed)
+IMPURE, PURE, GRAD_ONLY = 0, 1, 2
 _SCOPES = AutoNaming.scopes  # the module scopes around the op being recorded (naming)
 
 
@@ -76,19 +80,33 @@ def _amp_state():
 
 
 class _Purity:
-    """Whether the stack above the trace segment holds only ``_PURE_LAYERS`` (per stack version)."""
+    """What the stack above the trace segment holds (per stack version): ``check()`` is
+    ``PURE`` (only ``_PURE_LAYERS``), ``GRAD_ONLY`` (those and grad keys' layers: ``grads``,
+    bottom to top, in the order an op's outputs pass them) or ``IMPURE``."""
 
     def __init__(self, layer):
-        self.layer = layer
+        self._layer = weakref.ref(layer)  # (weakly: the layer holds this; no cycle to collect)
         self.version = -1
-        self.pure = False
+        self.state = IMPURE
+        self.grads = ()
 
     def check(self):
         if stack.version != self.version:
             self.version = stack.version
-            self.pure = all(t.name in _PURE_LAYERS or t is self.layer or t.name == "eval"
-                            for t in stack.active())
-        return self.pure
+            state, grads = PURE, []
+            layer = self._layer()
+            for t in stack.active():
+                if t.name in _PURE_LAYERS or t is layer or t.name == "eval":
+                    continue
+                if t.name == "grad" and getattr(t, "key", None) is not None:
+                    grads.append(t)
+                    state = GRAD_ONLY
+                    continue
+                state = IMPURE
+                break
+            self.state = state
+            self.grads = tuple(reversed(grads)) if state == GRAD_ONLY else ()
+        return self.state
 
 
 class Recording:
@@ -598,7 +616,8 @@ class Replayer(Transformation):
         self.kept = []          # tensors rebound to captured vars, alive until the call ends
         self.seeds = {}         # recorded op index -> the random-number op with this call's seed
         self.op_by_op = False   # issue the recorded ops one by one (DTR sees each: dtr_config)
-        m = self.m = Match(self, recording, _Assign, _Purity(self), _amp_state())
+        # (the match holds this layer weakly: a replay leaves no reference cycle to collect)
+        m = self.m = Match(weakref.proxy(self), recording, _Assign, _Purity(self), _amp_state())
         self.apply = m.apply    # the stack calls the compiled layer directly
         self.top = m.top        # and so does apply()'s hook
 

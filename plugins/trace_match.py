@@ -60,7 +60,8 @@ class Match:
     stack = cython.declare(object)
     handoff = cython.declare(Handoff)                      # the channel's worker's GIL hand-off
     version = cython.declare(object)                       # the stack version purity was for
-    pure = cython.declare(cython.bint)
+    pure = cython.declare(cython.int)                      # purity.check(): 0, 1, 2 (grad keys)
+    grads = cython.declare(tuple)                          # then: their layers, bottom to top
 
     def __init__(self, owner, rec, assign, purity, amp):
         self.owner = owner
@@ -78,7 +79,8 @@ class Match:
         self.stack = _accel.load("mge._core.dispatch").stack
         self.handoff = _accel.load("mge._core.channel.channel").get_channel().handoff
         self.version = None
-        self.pure = False
+        self.pure = 0
+        self.grads = ()
 
     @cython.cfunc
     def _virtual(self, v: cython.Py_ssize_t, tensor) -> TensorInfo:
@@ -155,13 +157,16 @@ class Match:
         if version != self.version:  # (the stack changed: is it still pure above us?)
             self.version = version
             self.pure = self.purity.check()
-        if not self.pure:
+            self.grads = self.purity.grads
+        if self.pure == 0:
             return _apply_tuple(op, inputs)
         specs: tuple = call[1]
         n: cython.Py_ssize_t = len(specs)
         if len(inputs) != n:
             return _apply_tuple(op, inputs)
         if self.amp is not None and self.amp.autocast != call[4]:
+            return _apply_tuple(op, inputs)
+        if self.pure == 2 and not self._grads_see_it(op, specs, call):
             return _apply_tuple(op, inputs)
         j: cython.Py_ssize_t
         for j in range(n):
@@ -173,7 +178,28 @@ class Match:
             elif type(x) is not cython.cast(tuple, spec)[0] or x != cython.cast(tuple, spec)[1]:
                 return _apply_tuple(op, inputs)
         self.pos = call[2]
-        return self._placeholders(call[3])
+        outputs = self._placeholders(call[3])
+        if self.pure == 2:
+            for g in self.grads:  # (bottom to top, as the outputs would pass their layers)
+                g.replayed(op, inputs, outputs)
+        return outputs
+
+    @cython.cfunc
+    def _grads_see_it(self, op, specs: tuple, call: tuple) -> cython.bint:
+        # With grad keys recording, a call is answered whole only when their layers would have
+        # seen it as it is: one recorded op, this op on these tensors (no cast or reshape that
+        # dtype promotion or dim expansion added), so that they can record it from here.
+        k: cython.Py_ssize_t = self.pos
+        if call[2] != k + 1:
+            return False
+        rec_op: tuple = self.ops[k]
+        if rec_op[0] is not op or type(op) is self.assign:
+            return False
+        j: cython.Py_ssize_t
+        for j in range(len(specs)):
+            if type(specs[j]) is not int:
+                return False
+        return rec_op[1] == specs
 
     def apply(self, op, inputs, next):
         """The trace segment's layer: op ``pos`` of the recording, checked and answered."""

@@ -7,6 +7,8 @@ same inputs (new input values on each call), checks that divergence is a ``Trace
 leaves the runtime usable, and covers ``capture_as_const``, ``exclude_from_trace``/``is_tracing``,
 reads inside a replay, kernel errors in a replay and the decorator forms.
 """
+import gc
+
 import numpy as np
 import pytest
 
@@ -443,6 +445,22 @@ def test_training_without_host(kind, opt_cls, opt_kwargs, symbolic):
     # Later calls run only the compiled program: parameters, optimizer states and BatchNorm's
     # running statistics still take the values the function's in-place updates give them.
     _train_both(kind, opt_cls, opt_kwargs, symbolic, without_host=True)
+
+
+def test_a_replayed_training_step_leaves_no_reference_cycles():
+    # A replay's objects (its layer, its match, the tape's records) die with their last
+    # reference, not at the next garbage collection: collecting them cost a traced MLP step
+    # about 10% of its Python.
+    model = _mlp()
+    step, _ = _make_step(model, SGD, dict(lr=0.05))
+    step = trace(step, symbolic=True)
+    x, y = (mge.tensor(v) for v in _batch("mlp", 0))
+    for _ in range(3):
+        step(x, y).numpy()
+    gc.collect()
+    for _ in range(4):
+        step(x, y).numpy()
+    assert gc.collect() == 0
 
 
 def test_without_host_skips_the_python_and_keeps_the_result_structure():

@@ -116,17 +116,17 @@ def full(shape, value, *, dtype=None, device=None):
         dtype = _bool if isinstance(value, bool) else _int32 if isinstance(value, int) else _float32
     else:
         dtype = canonical(dtype)
-    return apply(Fill(shape, value, dtype, as_device(device)))[0]
+    return apply(Fill.get(shape, value, dtype, as_device(device)))[0]
 
 
 def zeros(shape, *, dtype="float32", device=None):
     """A tensor of zeros.  Signature: ``zeros(shape, *, dtype="float32", device=None)``."""
-    return apply(Fill(_shape(shape, "zeros"), 0, canonical(dtype), as_device(device)))[0]
+    return apply(Fill.get(_shape(shape, "zeros"), 0, canonical(dtype), as_device(device)))[0]
 
 
 def ones(shape, *, dtype="float32", device=None):
     """A tensor of ones.  Signature: ``ones(shape, *, dtype="float32", device=None)``."""
-    return apply(Fill(_shape(shape, "ones"), 1, canonical(dtype), as_device(device)))[0]
+    return apply(Fill.get(_shape(shape, "ones"), 1, canonical(dtype), as_device(device)))[0]
 
 
 def full_like(inp, value):
@@ -136,7 +136,7 @@ def full_like(inp, value):
     """
     inp = _tensor(inp, "full_like")
     value = _number(value, "full_like")
-    return apply(Fill(inp.shape, value, inp.dtype, inp.device))[0]
+    return apply(Fill.get(inp.shape, value, inp.dtype, inp.device))[0]
 
 
 def zeros_like(inp):
