@@ -79,8 +79,10 @@ def _mixed_signatures(mode):
 
 SAME = {m: _same_signatures(m) for m in MODES}
 MIXED = {m: _mixed_signatures(m) for m in MODES}
-GENERAL = [(False, 64), (False, 32)]
-VARIANTS = [(True, 64)] + GENERAL  # (contiguous, index_bits)
+# (contiguous, index_bits): the sweep compiles the first two for every signature; the 32-bit
+# index differs from the 64-bit one in the index type alone, so the representative program
+# carries it (and both are run on the host below)
+VARIANTS = [(True, 64), (False, 64), (False, 32)]
 
 
 # -- compiling: the sweep ----------------------------------------------------------------------
@@ -119,9 +121,9 @@ def _sweep_programs(old):
     for mode in MODES:
         for sig in SAME[mode]:
             for arch in ("compute_90", old):
-                variants = VARIANTS if arch == "compute_90" else VARIANTS[:2]
                 groups.setdefault((f"same-{sig[0]}", arch), []).extend(
-                    ek.elemwise_kernel(mode, sig, contiguous=c, index_bits=b) for c, b in variants)
+                    ek.elemwise_kernel(mode, sig, contiguous=c, index_bits=b)
+                    for c, b in VARIANTS[:2])
         for sig in MIXED[mode]:
             groups.setdefault((f"mixed-{sig[0]}", "compute_90"), []).append(
                 ek.elemwise_kernel(mode, sig))
@@ -134,14 +136,15 @@ def _sweep_programs(old):
 def _compile_group(item):
     (group, arch), kernels = item
     try:
-        return nvrtc.compile_ptx(ek.program(kernels), f"{group}.cu", arch, _fast_options())
+        return _entries(nvrtc.compile_ptx(ek.program(kernels), f"{group}.cu", arch,
+                                          _fast_options()))
     except nvrtc.CudaCompileError as e:
         return e
 
 
 @pytest.fixture(scope="module")
 def sweep(old_arch):
-    """{(group, arch): (kernels, PTX or the CudaCompileError)} for the whole sweep."""
+    """{(group, arch): (kernels, the PTX's entry names or the CudaCompileError)}."""
     groups = _sweep_programs(old_arch)
     with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
         results = list(pool.map(_compile_group, groups.items()))
@@ -164,18 +167,18 @@ def _check_compiled(sweep, wanted, arch):
             nvrtc.compile_ptx(ek.program(mine), f"{group}-alone.cu", arch, _fast_options())
             pytest.fail(f"{group} for {arch} does not compile, though these kernels alone do:\n"
                         f"{result}")
-        missing += [k.name for k in mine if k.name not in _entries(result)]
+        missing += [k.name for k in mine if k.name not in result]
     assert not missing, f"not in the PTX for {arch}: {missing}"
 
 
 @pytest.mark.parametrize("mode", MODES)
 def test_every_signature_of_the_mode_compiles(mode, sweep, old_arch):
     assert SAME[mode], f"{mode} takes none of {[str(d) for d in DTYPES]}"
-    same = {v: {ek.elemwise_kernel(mode, s, contiguous=v[0], index_bits=v[1]).name
-                for s in SAME[mode]} for v in VARIANTS}
+    same = {ek.elemwise_kernel(mode, s, contiguous=c, index_bits=b).name
+            for s in SAME[mode] for c, b in VARIANTS[:2]}
     mixed = {ek.elemwise_kernel(mode, s).name for s in MIXED[mode]}
-    _check_compiled(sweep, set().union(*same.values()) | mixed, "compute_90")
-    _check_compiled(sweep, same[VARIANTS[0]] | same[VARIANTS[1]], old_arch)
+    _check_compiled(sweep, same | mixed, "compute_90")
+    _check_compiled(sweep, same, old_arch)
 
 
 def test_typecvt_between_every_pair_of_dtypes_compiles(sweep, old_arch):
@@ -187,35 +190,33 @@ def test_typecvt_between_every_pair_of_dtypes_compiles(sweep, old_arch):
 
 # -- the representative program: the kernels' own flags, then ptxas -----------------------------
 
-def _representatives():
-    """For each mode: float32 (int32 for the integer-only modes) contiguous, and float16 (int8)
-    through the general 64-bit kernel -- the float16 conversions are inline PTX, which only
-    ptxas checks; TypeCvt between every pair, contiguous."""
-    kernels = []
-    for mode in MODES:
+def _representatives(fast):
+    """Three programs for ptxas, as (name, kernels, NVRTC options): every mode on float32
+    (int32 for the integer-only modes), contiguous, with the kernels' own flags; every mode on
+    float16 (int8) through a general kernel, of 32- and 64-bit indices by turns -- the float16
+    conversions are inline PTX, which only ptxas checks; TypeCvt between every pair."""
+    def one(mode, first, second, variant):
         n = ELEMWISE_ARITY[mode]
-        for first, second, variant in ((F32, I32, (True, 64)), (F16, I8, (False, 64))):
-            dtype = first if _accepts(mode, (first,) * n) else second
-            kernels.append(ek.elemwise_kernel(mode, (dtype,) * n, contiguous=variant[0],
-                                              index_bits=variant[1]))
-    kernels += [ek.typecvt_kernel(s, d) for s in DTYPES for d in DTYPES]
-    return kernels
+        dtype = first if _accepts(mode, (first,) * n) else second
+        return ek.elemwise_kernel(mode, (dtype,) * n, contiguous=variant[0], index_bits=variant[1])
+
+    return [
+        ("contiguous", [one(m, F32, I32, VARIANTS[0]) for m in MODES], ek.NVRTC_OPTIONS),
+        ("general", [one(m, F16, I8, VARIANTS[1 + k % 2]) for k, m in enumerate(MODES)], fast),
+        ("typecvt", [ek.typecvt_kernel(s, d) for s in DTYPES for d in DTYPES], fast)]
 
 
 @pytest.fixture(scope="module")
 def assembled(nvrtc_ready, ptxas_ready):
-    """(kernels, cubin) of the representative program, in two halves assembled side by side."""
-    kernels = _representatives()
-    halves = [kernels[::2], kernels[1::2]]
+    """[(kernels, cubin)] of the representative programs (assembling costs more than compiling,
+    so not the whole sweep), built side by side."""
+    def build(item):
+        name, kernels, options = item
+        ptx = nvrtc.compile_ptx(ek.program(kernels), f"{name}.cu", "compute_90", options)
+        return kernels, nvrtc.assemble(ptx, "sm_90", name=f"{name}.ptx")
 
-    def build(part):
-        ptx = nvrtc.compile_ptx(ek.program(part), "representatives.cu", "compute_90",
-                                ek.NVRTC_OPTIONS)
-        return nvrtc.assemble(ptx, "sm_90", name="representatives.ptx")
-
-    with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        cubins = list(pool.map(build, halves))
-    return [(part, cubin) for part, cubin in zip(halves, cubins)]
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        return list(pool.map(build, _representatives(_fast_options())))
 
 
 def test_ptxas_assembles_every_mode_for_sm90(assembled):
@@ -234,8 +235,6 @@ def _have_float16(gxx):
                             text=True).stdout
     return "__FLT16_MAX__" in macros
 
-
-SEMANTIC_DTYPES = [d for d in DTYPES]  # every dtype: float16 only where g++ has _Float16
 
 # Mixed signatures whose results are checked (the rest of the mixed ones only compile): an int
 # widened (int8, uint8 -> int16), an int meeting a float (int32, float32 -> float64: MOD takes
@@ -338,11 +337,20 @@ def host(tmp_path_factory):
         _missing("g++ is needed to run the generated kernels on the host")
     float16 = _have_float16(gxx)
     tmp = tmp_path_factory.mktemp("cuda_host")
-    src, lib = tmp / "kernels.cpp", tmp / "kernels.so"
-    src.write_text(ek.program(_host_kernels(float16)) + _OFFSETS_HELPER)
-    proc = subprocess.run([gxx, "-O0", "-ffp-contract=off", "-std=c++17", "-shared", "-fPIC",
-                           "-x", "c++", str(src), "-o", str(lib)], capture_output=True, text=True)
-    assert proc.returncode == 0, proc.stderr[-5000:]
+    kernels = _host_kernels(float16)
+    objects, procs = [], []
+    for k in range(WORKERS):  # one translation unit per core, compiled side by side
+        src, obj = tmp / f"kernels{k}.cpp", tmp / f"kernels{k}.o"
+        src.write_text(ek.program(kernels[k::WORKERS]) + (_OFFSETS_HELPER if k == 0 else ""))
+        procs.append(subprocess.Popen([gxx, "-O0", "-ffp-contract=off", "-std=c++17", "-fPIC",
+                                       "-c", "-x", "c++", str(src), "-o", str(obj)],
+                                      stderr=subprocess.PIPE, text=True))
+        objects.append(str(obj))
+    for proc in procs:
+        _, err = proc.communicate()
+        assert proc.returncode == 0, err[-5000:]
+    lib = tmp / "kernels.so"
+    subprocess.run([gxx, "-shared", *objects, "-o", str(lib)], check=True)
     return Host(str(lib), float16)
 
 

@@ -32,6 +32,7 @@ nvrtc/nvcc wheels carry none).  Where the results can differ from the CPU device
 Each piece of text carries an include guard, so the sources of many kernels concatenate into one
 program (``program``) that NVRTC compiles at once.
 """
+import functools
 import math
 from dataclasses import dataclass
 
@@ -470,8 +471,12 @@ def elemwise_out_dtype(mode, in_dtypes):
     ``TypeError`` (naming the op, the mode and the dtypes) where the rule or these kernels refuse
     them, a ``ValueError`` for an unknown mode."""
     mode = _mode(mode, in_dtypes)
+    return _out_dtype(mode, _dtypes(f"Elemwise({mode!r}) kernel", in_dtypes))
+
+
+@functools.lru_cache(maxsize=None)
+def _out_dtype(mode, ins):
     what = f"Elemwise({mode!r}) kernel"
-    ins = _dtypes(what, in_dtypes)
     if len(ins) != ELEMWISE_ARITY[mode]:
         raise _error(TypeError, what, f"takes {ELEMWISE_ARITY[mode]} input(s), got {len(ins)}", ins)
     try:
@@ -610,12 +615,17 @@ def elemwise_kernel(mode, in_dtypes, out_dtype=None, contiguous=True, index_bits
     flat kernel for dense arrays of one shape, else the general one (broadcasting, any strides)
     with ``index_bits``-wide indices.  A ``ValueError`` for an unknown mode, a ``TypeError`` for
     dtypes the op or these kernels do not take; both name the mode and the dtypes."""
-    out = elemwise_out_dtype(mode, in_dtypes)
     mode = _mode(mode, in_dtypes)
     ins = _dtypes(f"Elemwise({mode!r}) kernel", in_dtypes)
+    out = _out_dtype(mode, ins)
     if out_dtype is not None and np.dtype(out_dtype) != out:
         raise _error(TypeError, f"Elemwise({mode!r}) kernel", f"gives {out}, not {np.dtype(out_dtype)}",
                      ins)
+    return _elemwise_kernel(mode, ins, out, bool(contiguous), index_bits)
+
+
+@functools.lru_cache(maxsize=None)  # the device asks at every launch; the text is made once
+def _elemwise_kernel(mode, ins, out, contiguous, index_bits):
     plan = _plan(mode, ins, out)
     fn, fn_text = _scalar_function(mode, plan)
 
@@ -633,7 +643,11 @@ def typecvt_kernel(src_dtype, dst_dtype, contiguous=True, index_bits=64):
     (see ``DIFFERENCES`` for values out of an integer's range).  A ``TypeError`` names unsupported
     dtypes."""
     src, dst = _dtypes("TypeCvt kernel", [src_dtype, dst_dtype])
+    return _typecvt_kernel(src, dst, bool(contiguous), index_bits)
 
+
+@functools.lru_cache(maxsize=None)
+def _typecvt_kernel(src, dst, contiguous, index_bits):
     def element(loads):
         return _store(loads[0], src, dst)
 
