@@ -64,8 +64,9 @@ DIFFERENCES = """\
 * float -> integer conversion of NaN or of values out of the target's range (numpy: undefined in
   C; x86 gives the most negative value): CUDA's cvt saturates (NaN gives 0).  Values that fit
   int64 convert to 8- and 16-bit integers modulo 2**bits, as numpy does on x86.
-* Mixed-dtype fused ``*_grad`` modes, and the ``*_grad`` modes of 8- and 16-bit integers, compute
-  in the output's type (the CPU kernels take numpy's intermediate dtypes step by step).
+* Mixed-dtype fused ``*_grad`` modes compute in the output's type (the CPU kernels take numpy's
+  intermediate dtypes step by step), and softplus_grad, silu_grad, asinh_grad and acosh_grad of
+  8-bit integers in float where numpy takes float16.
 """
 
 # -- dtypes -----------------------------------------------------------------------------------
@@ -136,9 +137,10 @@ _PRELUDE = r"""#ifndef MGE_ELEMWISE_PRELUDE
 #if defined(__CUDACC__)
 #define MGE_FN __device__ __forceinline__
 #define MGE_KERNEL extern "C" __global__ void
-/* a grid-stride loop in the index type I: any grid covers any n */
-#define MGE_LOOP(I, i, n) \
-    for (I i = (I)blockIdx.x * (I)blockDim.x + (I)threadIdx.x; i < (n); i += (I)blockDim.x * (I)gridDim.x)
+/* a grid-stride loop with an unsigned counter U (i < n <= the signed maximum, so i + the
+   grid's size cannot wrap): any grid covers any n */
+#define MGE_LOOP(U, i, n) \
+    for (U i = (U)blockIdx.x * (U)blockDim.x + (U)threadIdx.x; i < (U)(n); i += (U)blockDim.x * (U)gridDim.x)
 #define MGE_UNROLL _Pragma("unroll")
 /* float16 as bits: PTX converts (what cuda_fp16.h does), so no header is needed */
 MGE_FN float mge_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
@@ -148,7 +150,7 @@ MGE_FN unsigned short mge_d2h(double d) { unsigned short h; asm("cvt.rn.f16.f64 
 #include <math.h>
 #define MGE_FN static inline
 #define MGE_KERNEL extern "C" void
-#define MGE_LOOP(I, i, n) for (I i = 0; i < (n); ++i)
+#define MGE_LOOP(U, i, n) for (U i = 0; i < (U)(n); ++i)
 #define MGE_UNROLL
 #if defined(__FLT16_MAX__) /* g++ 12 and later on x86-64 and aarch64 */
 MGE_FN float mge_h2f(unsigned short h) { _Float16 v; __builtin_memcpy(&v, &h, 2); return (float)v; }
@@ -553,8 +555,10 @@ class KernelSource:
     ``name`` is its ``extern "C"`` entry point; ``source`` a whole translation unit for NVRTC
     (with ``NVRTC_OPTIONS``), ``parts`` the same as (guard, text) pieces that ``program`` joins
     without repeats.  ``params`` are its parameters as C declarations, in order: the output and
-    input pointers, ``long long n`` (contiguous) or ``I n, mge_layout<K, I> layout`` (general;
-    ``pack_layout`` makes the struct's bytes).  ``nin``: the number of inputs."""
+    input pointers, then ``long long n`` (contiguous) or ``I n, mge_layout<K, I> layout``
+    (general; ``I`` is ``int`` or ``long long`` by ``index_bits``, ``K`` is ``nin + 1``, and
+    ``pack_layout`` makes the struct).  Each parameter then falls on its own alignment, so they
+    pack without padding.  float16 data is passed as its bits, bool as one byte 0 or 1."""
 
     name: str
     parts: tuple
@@ -590,7 +594,7 @@ def _kernel(name, fn_parts, ins, out, contiguous, index_bits, element):
     if contiguous:
         params = ptrs + ["long long n"]
         loads = [_load(f"in{k}[i]", d, d) for k, d in enumerate(ins)]
-        loop = (f"    MGE_LOOP(long long, i, n) {{\n"
+        loop = (f"    MGE_LOOP(unsigned long long, i, n) {{\n"
                 f"        out[i] = {element(loads)};\n    }}\n")
         name += "_c"
     else:
@@ -598,9 +602,9 @@ def _kernel(name, fn_parts, ins, out, contiguous, index_bits, element):
         k = len(ins) + 1
         params = ptrs + [f"{idx} n", f"mge_layout<{k}, {idx}> layout"]
         loads = [_load(f"in{j}[off[{j + 1}]]", d, d) for j, d in enumerate(ins)]
-        loop = (f"    MGE_LOOP({idx}, i, n) {{\n"
+        loop = (f"    MGE_LOOP(unsigned {idx}, i, n) {{\n"
                 f"        {idx} off[{k}];\n"
-                f"        mge_offsets<{k}, {idx}>(layout, i, off);\n"
+                f"        mge_offsets<{k}, {idx}>(layout, ({idx})i, off);\n"
                 f"        out[off[0]] = {element(loads)};\n    }}\n")
         name += f"_s{index_bits}"
     text = f"MGE_KERNEL {name}({', '.join(params)})\n{{\n{loop}}}\n"
