@@ -262,7 +262,8 @@ class Recorder(Transformation):
 
     def top(self, op, inputs):
         """A top-level ``apply``: note the ops it issues, for replaying it whole."""
-        if self.depth or type(op) is _Assign or not self.purity.check():
+        state = IMPURE if self.depth else self.purity.check()
+        if state == IMPURE or (type(op) is _Assign and state != PURE):
             return _apply_tuple(op, inputs)
         rec = self.recording
         specs = []
@@ -287,7 +288,8 @@ class Recorder(Transformation):
             produced = set()
             for _, _, os in rec.ops[start:end]:
                 produced.update(os)
-            if all(v in produced for v in outs):
+            if all(v in produced for v in outs) or (type(op) is _Assign and end == start + 1):
+                # (an Assign produces no var: its output, the old value, is its target's var)
                 rec.calls[start] = (op, tuple(specs), end, outs, amp_on)
         return outputs
 

@@ -38,7 +38,9 @@ def _sole_refs():
 _SOLE = _sole_refs()
 
 _Tensor = mge.Tensor
-_apply_tuple = _accel.load("mge._core.dispatch").apply_tuple
+_dispatch = _accel.load("mge._core.dispatch")
+_apply_tuple = _dispatch.apply_tuple
+_get_channel = _accel.load("mge._core.channel.channel").get_channel
 
 
 @cython.cclass
@@ -76,8 +78,8 @@ class Match:
         self.assign = assign
         self.purity = purity
         self.amp = amp
-        self.stack = _accel.load("mge._core.dispatch").stack
-        self.handoff = _accel.load("mge._core.channel.channel").get_channel().handoff
+        self.stack = _dispatch.stack
+        self.handoff = _get_channel().handoff
         self.version = None
         self.pure = 0
         self.grads = ()
@@ -168,6 +170,9 @@ class Match:
             return _apply_tuple(op, inputs)
         if self.pure == 2 and not self._grads_see_it(op, specs, call):
             return _apply_tuple(op, inputs)
+        is_assign: cython.bint = type(op) is self.assign
+        if is_assign and (self.pure != 1 or call[2] != self.pos + 1):
+            return _apply_tuple(op, inputs)  # (grad keys move slots with the value: their way)
         j: cython.Py_ssize_t
         for j in range(n):
             spec = specs[j]
@@ -177,6 +182,10 @@ class Match:
                     return _apply_tuple(op, inputs)  # the stack's way decides
             elif type(x) is not cython.cast(tuple, spec)[0] or x != cython.cast(tuple, spec)[1]:
                 return _apply_tuple(op, inputs)
+        if is_assign:
+            ins: tuple = cython.cast(tuple, self.ops[self.pos])[1]
+            self.pos += 1
+            return self._assign(inputs[0], ins)
         self.pos = call[2]
         outputs = self._placeholders(call[3])
         if self.pure == 2:
@@ -219,14 +228,17 @@ class Match:
                 self.owner.rebind(k, j, inputs[j])
         self.pos = k + 1
         if type(op) is self.assign:
-            # The target takes a placeholder of the value's var; the old value, which the
-            # programs may still read, is this call's to free once they have run.
-            target = inputs[0]
-            old: TensorInfo = target._info
-            if not old.deleted:
-                self.temps.append(old)
-            self._virtual(ins[1], target)
-            t = _Tensor.__new__(_Tensor)
-            self._virtual(ins[0], t)
-            return (t,)
+            return self._assign(inputs[0], ins)
         return self._placeholders(rec_op[2])
+
+    @cython.cfunc
+    def _assign(self, target, ins: tuple) -> tuple:
+        # An in-place update: the target takes a placeholder of the value's var; the old value,
+        # which the programs may still read, is this call's to free once they have run.
+        old: TensorInfo = target._info
+        if not old.deleted:
+            self.temps.append(old)
+        self._virtual(ins[1], target)
+        t = _Tensor.__new__(_Tensor)
+        self._virtual(ins[0], t)
+        return (t,)

@@ -430,7 +430,9 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self.scopes.append(name)
         if _prof is not None:  # profiler: the scope as a span on this thread
             _prof.push_scope(name)
-        self.buffer.enqueue(Command(PUSH_SCOPE, value=name))
+        # (no command: the profiler records scopes here, on the caller's thread, and the worker
+        # has nothing to do for them; a command would push older ones out of the buffer, before
+        # a Del could fuse into them, and wake the worker for nothing)
 
     def _pop_scope_locked(self, name):
         self._check("pop_scope")
@@ -441,7 +443,6 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         scopes.pop()
         if _prof is not None:  # profiler: ends the scope's span
             _prof.pop_scope(name)
-        self.buffer.enqueue(Command(POP_SCOPE, value=name))
 
     # -- fork ------------------------------------------------------------------------------------
     def _after_fork_in_child(self):

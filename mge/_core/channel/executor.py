@@ -96,7 +96,7 @@ class Executor:
             self.worker_options[name] = value
             if name == "enable_dtr_auto_drop":
                 self.dtr_mode = bool(value)
-        # PUSH_SCOPE, POP_SCOPE: ordering marks for the profiler; nothing to run
+        # (PUSH_SCOPE, POP_SCOPE: the seed's kinds; the channel sends none, scopes are the caller's)
 
     def _do_apply(self, op, inputs, outputs, dels):
         # An input made invalid by an earlier failure: its error is already reported (or pending)
