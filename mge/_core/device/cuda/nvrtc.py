@@ -223,10 +223,10 @@ def _log(lib, prog):
 def find_ptxas():
     """The path of a ``ptxas``: ``MGE_PTXAS``, the ``nvidia-cuda-nvcc-cu12`` wheel's (which matches
     the wheel NVRTC's PTX version), else one on ``PATH`` or in ``/usr/local/cuda/bin``; ``None``
-    if there is none."""
+    if there is none (or ``MGE_PTXAS`` names no executable: an explicit choice is the only one)."""
     env = os.environ.get("MGE_PTXAS")
     if env:
-        return env
+        return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
     exe = "ptxas.exe" if os.name == "nt" else "ptxas"
     for d in _wheel_dirs("nvidia.cuda_nvcc", "bin"):
         path = os.path.join(d, exe)
@@ -241,8 +241,9 @@ def assemble(ptx, arch="sm_90", options=(), name="kernel.ptx"):
     no ptxas at all, ``FileNotFoundError``."""
     ptxas = find_ptxas()
     if ptxas is None:
-        raise FileNotFoundError("ptxas not found (set MGE_PTXAS, or pip install "
-                                "nvidia-cuda-nvcc-cu12)")
+        env = os.environ.get("MGE_PTXAS")
+        raise FileNotFoundError(f"ptxas not found: MGE_PTXAS={env} is no executable" if env else
+                                "ptxas not found (set MGE_PTXAS, or pip install nvidia-cuda-nvcc-cu12)")
     with tempfile.TemporaryDirectory(prefix="mge-ptxas-") as tmp:
         src, out = os.path.join(tmp, "in.ptx"), os.path.join(tmp, "out.cubin")
         with open(src, "w") as f:
