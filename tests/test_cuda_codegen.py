@@ -87,7 +87,7 @@ MIXED = {m: _mixed_signatures(m) for m in MODES}
 VARIANTS = [(True, 64), (False, 64), (False, 32)]
 
 
-# -- compiling: the sweep ----------------------------------------------------------------------
+# -- compiling: the sweep -------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
 def nvrtc_ready():
@@ -193,7 +193,7 @@ def test_typecvt_between_every_pair_of_dtypes_compiles(sweep, old_arch):
     _check_compiled(sweep, names, old_arch)
 
 
-# -- representative programs through ptxas -------------------------------------------------------
+# -- representative programs through ptxas --------------------------------------------------------
 
 def _representatives(fast):
     """Three programs for ptxas, as (name, kernels, NVRTC options): every mode on float32
@@ -233,7 +233,7 @@ def test_ptxas_assembles_every_mode_for_sm90(assembled):
     assert len(elemwise) == 2 * len(MODES)  # each mode, contiguous and general
 
 
-# -- host builds: the same sources under g++ ----------------------------------------------------
+# -- host builds: the same sources under g++ ------------------------------------------------------
 
 def _have_float16(gxx):
     macros = subprocess.run([gxx, "-dM", "-E", "-x", "c++", "-"], input="", capture_output=True,
@@ -269,10 +269,16 @@ SEMANTIC_CASES = _semantic_cases()
 # Host-only helpers appended to the host build: the general kernel's offset arithmetic alone,
 # for indices too large to allocate.
 _OFFSETS_HELPER = """
-extern "C" void mge_test_offsets_3_64(const mge_layout<3, long long>* L, long long i, long long* out)
-{ long long off[3]; mge_offsets<3, long long>(*L, i, off); for (int k = 0; k < 3; ++k) out[k] = off[k]; }
+template <class I> static void mge_test_offsets(const mge_layout<3, I>* L, I i, I* out) {
+    I off[3];
+    mge_offsets<3, I>(*L, i, off);
+    for (int k = 0; k < 3; ++k) out[k] = off[k];
+}
+extern "C" void mge_test_offsets_3_64(const mge_layout<3, long long>* L, long long i,
+                                      long long* out)
+{ mge_test_offsets(L, i, out); }
 extern "C" void mge_test_offsets_3_32(const mge_layout<3, int>* L, int i, int* out)
-{ int off[3]; mge_offsets<3, int>(*L, i, off); for (int k = 0; k < 3; ++k) out[k] = off[k]; }
+{ mge_test_offsets(L, i, out); }
 """
 
 # General kernels the layout tests run.
@@ -513,7 +519,8 @@ def test_the_host_build_computes_what_the_cpu_kernel_does(case, host):
 # Semantics worth seeing at a glance (each also agrees with the CPU kernel): (mode, dtype, inputs,
 # expected).
 _SPOT_VALUES = [
-    ("round", F32, [[2.5, -2.5, 1.5, -0.5, 0.49999997]], [3, -3, 2, -1, 1]),  # 0.49999997f + 0.5f is 1
+    # halves away from zero; 0.49999997 too, as on the CPU (0.49999997f + 0.5f rounds to 1)
+    ("round", F32, [[2.5, -2.5, 1.5, -0.5, 0.49999997]], [3, -3, 2, -1, 1]),
     ("floor_div", I32, [[-7, 7, -7, 7, -2 ** 31], [2, -2, -2, 0, -1]], [-4, -4, 3, 0, -2 ** 31]),
     ("mod", I32, [[-7, 7, -7, 5], [2, -2, -2, 0]], [1, -1, -1, 0]),  # the divisor's sign
     ("mod", F32, [[-7.0, 7.0, 5.0], [2.0, -2.0, 0.0]], [-1.0, 1.0, np.nan]),  # fmod: the dividend's
@@ -587,7 +594,7 @@ def test_typecvt_computes_what_astype_does(src, host):
         _compare("typecvt", got, want, [x], f"TypeCvt {src} -> {dst}")
 
 
-# -- the general kernel: broadcasting and strides -----------------------------------------------
+# -- the general kernel: broadcasting and strides -------------------------------------------------
 
 def _layouts(rng):
     """(description, output view, input views): broadcast, transposed, sliced with steps
@@ -669,9 +676,10 @@ def test_offsets_of_large_indices(host, bits):
 
 
 def test_simplify_layout_merges_what_every_array_steps_through_alike():
-    # a C-contiguous array and a broadcast row: the inner two dims merge for neither (the row
-    # repeats), the size-1 dim goes
-    shape, strides = ek.simplify_layout((4, 1, 3, 5), [(15, 15, 5, 1), (0, 0, 5, 1), (15, 15, 5, 1)])
+    # C-contiguous arrays and one repeated along the first dim: the size-1 dim goes, the inner
+    # two merge for all, the first cannot (the repeated array does not step through it)
+    shape, strides = ek.simplify_layout((4, 1, 3, 5),
+                                        [(15, 15, 5, 1), (0, 0, 5, 1), (15, 15, 5, 1)])
     assert shape == (4, 15) and strides == [(15, 1), (0, 1), (15, 1)]
     shape, strides = ek.simplify_layout((2,) * 10, [tuple(2 ** k for k in range(9, -1, -1))])
     assert shape == (1024,) and strides == [(1,)]
@@ -684,7 +692,7 @@ def test_simplify_layout_merges_what_every_array_steps_through_alike():
     assert ek.index_bits_for((2, 2 ** 29), [(2 ** 29, 1)]) == 32
 
 
-# -- names and errors -------------------------------------------------------------------------------
+# -- names and errors -----------------------------------------------------------------------------
 
 def test_kernel_names_are_unique_c_identifiers():
     names = [ek.elemwise_kernel(m, s, contiguous=c, index_bits=b).name

@@ -38,7 +38,7 @@ class CudaCompileError(RuntimeError):
         super().__init__(f"{tool} could not compile {name!r} for {arch}:\n{log.strip()}")
 
 
-# -- finding and opening libnvrtc ------------------------------------------------------------
+# -- finding and opening libnvrtc -----------------------------------------------------------------
 
 def _wheel_dirs(package, sub):
     """The folders ``sub`` of a namespace package's portions (``nvidia.cuda_nvrtc`` may be
@@ -73,8 +73,10 @@ _state = {}  # "lib": the opened library, or "error": why it could not be opened
 
 
 def _declare(lib):
-    c_int, c_size_t, c_char_p, c_void_p = ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p, ctypes.c_void_p
-    p_int, p_size, p_prog = ctypes.POINTER(c_int), ctypes.POINTER(c_size_t), ctypes.POINTER(c_void_p)
+    c_int, c_size_t, c_char_p, c_void_p = (ctypes.c_int, ctypes.c_size_t, ctypes.c_char_p,
+                                           ctypes.c_void_p)
+    p_int, p_size = ctypes.POINTER(c_int), ctypes.POINTER(c_size_t)
+    p_prog = ctypes.POINTER(c_void_p)
     sigs = {
         "nvrtcVersion": (p_int, p_int),
         "nvrtcCreateProgram": (p_prog, c_char_p, c_char_p, c_int, ctypes.POINTER(c_char_p),
@@ -91,8 +93,8 @@ def _declare(lib):
         fn.argtypes, fn.restype = argtypes, c_int
     lib.nvrtcGetErrorString.argtypes, lib.nvrtcGetErrorString.restype = (c_int,), c_char_p
     if hasattr(lib, "nvrtcGetNumSupportedArchs"):  # CUDA 11.2 and later
-        lib.nvrtcGetNumSupportedArchs.argtypes, lib.nvrtcGetNumSupportedArchs.restype = (p_int,), c_int
-        lib.nvrtcGetSupportedArchs.argtypes, lib.nvrtcGetSupportedArchs.restype = (p_int,), c_int
+        for fname in ("nvrtcGetNumSupportedArchs", "nvrtcGetSupportedArchs"):
+            getattr(lib, fname).argtypes, getattr(lib, fname).restype = (p_int,), c_int
     return lib
 
 
@@ -165,7 +167,7 @@ def supported_archs():
     return sorted(archs)
 
 
-# -- compiling -----------------------------------------------------------------------------
+# -- compiling ------------------------------------------------------------------------------------
 
 _cache = {}  # (source, arch, options) -> PTX text
 
@@ -218,7 +220,7 @@ def _log(lib, prog):
     return buf.value.decode(errors="replace")
 
 
-# -- assembling ----------------------------------------------------------------------------
+# -- assembling -----------------------------------------------------------------------------------
 
 def find_ptxas():
     """The path of a ``ptxas``: ``MGE_PTXAS``, the ``nvidia-cuda-nvcc-cu12`` wheel's (which matches
@@ -243,7 +245,8 @@ def assemble(ptx, arch="sm_90", options=(), name="kernel.ptx"):
     if ptxas is None:
         env = os.environ.get("MGE_PTXAS")
         raise FileNotFoundError(f"ptxas not found: MGE_PTXAS={env} is no executable" if env else
-                                "ptxas not found (set MGE_PTXAS, or pip install nvidia-cuda-nvcc-cu12)")
+                                "ptxas not found (set MGE_PTXAS, or pip install "
+                                "nvidia-cuda-nvcc-cu12)")
     with tempfile.TemporaryDirectory(prefix="mge-ptxas-") as tmp:
         src, out = os.path.join(tmp, "in.ptx"), os.path.join(tmp, "out.cubin")
         with open(src, "w") as f:

@@ -69,9 +69,9 @@ DIFFERENCES = """\
   8-bit integers in float where numpy takes float16.
 """
 
-# -- dtypes -----------------------------------------------------------------------------------
+# -- dtypes ---------------------------------------------------------------------------------------
 
-_B, _F16, _F32, _F64 = np.dtype("bool"), np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
+_B, _F16, _F32, _F64 = (np.dtype(d) for d in ("bool", "float16", "float32", "float64"))
 # dtype -> (code in names, C type in memory, C type computed in)
 _TYPES = {
     _B: ("b8", "bool", "bool"),
@@ -110,7 +110,7 @@ def _kind(d):
     return "f" if d.kind == "f" else "b" if d.kind == "b" else "i"
 
 
-# -- the prelude --------------------------------------------------------------------------------
+# -- the prelude ----------------------------------------------------------------------------------
 
 # C math functions the modes use, by arity: each gets a float and a double overload mge_<name>,
 # so a body written once with its compute type T calls the function of that precision (no
@@ -140,12 +140,19 @@ _PRELUDE = r"""#ifndef MGE_ELEMWISE_PRELUDE
 /* a grid-stride loop with an unsigned counter U (i < n <= the signed maximum, so i + the
    grid's size cannot wrap): any grid covers any n */
 #define MGE_LOOP(U, i, n) \
-    for (U i = (U)blockIdx.x * (U)blockDim.x + (U)threadIdx.x; i < (U)(n); i += (U)blockDim.x * (U)gridDim.x)
+    for (U i = (U)blockIdx.x * (U)blockDim.x + (U)threadIdx.x; i < (U)(n); \
+         i += (U)blockDim.x * (U)gridDim.x)
 #define MGE_UNROLL _Pragma("unroll")
 /* float16 as bits: PTX converts (what cuda_fp16.h does), so no header is needed */
-MGE_FN float mge_h2f(unsigned short h) { float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f; }
-MGE_FN unsigned short mge_f2h(float f) { unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h; }
-MGE_FN unsigned short mge_d2h(double d) { unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h; }
+MGE_FN float mge_h2f(unsigned short h) {
+    float f; asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h)); return f;
+}
+MGE_FN unsigned short mge_f2h(float f) {
+    unsigned short h; asm("cvt.rn.f16.f32 %0, %1;" : "=h"(h) : "f"(f)); return h;
+}
+MGE_FN unsigned short mge_d2h(double d) {
+    unsigned short h; asm("cvt.rn.f16.f64 %0, %1;" : "=h"(h) : "d"(d)); return h;
+}
 #else
 #include <math.h>
 #define MGE_FN static inline
@@ -153,9 +160,12 @@ MGE_FN unsigned short mge_d2h(double d) { unsigned short h; asm("cvt.rn.f16.f64 
 #define MGE_LOOP(U, i, n) for (U i = 0; i < (U)(n); ++i)
 #define MGE_UNROLL
 #if defined(__FLT16_MAX__) /* g++ 12 and later on x86-64 and aarch64 */
+MGE_FN unsigned short mge_bits(_Float16 v) {
+    unsigned short h; __builtin_memcpy(&h, &v, 2); return h;
+}
 MGE_FN float mge_h2f(unsigned short h) { _Float16 v; __builtin_memcpy(&v, &h, 2); return (float)v; }
-MGE_FN unsigned short mge_f2h(float f) { _Float16 v = (_Float16)f; unsigned short h; __builtin_memcpy(&h, &v, 2); return h; }
-MGE_FN unsigned short mge_d2h(double d) { _Float16 v = (_Float16)d; unsigned short h; __builtin_memcpy(&h, &v, 2); return h; }
+MGE_FN unsigned short mge_f2h(float f) { return mge_bits((_Float16)f); }
+MGE_FN unsigned short mge_d2h(double d) { return mge_bits((_Float16)d); }
 #endif
 #endif
 #define MGE_MAX_NDIM @MAX_NDIM@
@@ -166,10 +176,11 @@ template <class T> struct mge_wide { typedef unsigned int type; };
 template <> struct mge_wide<long long> { typedef unsigned long long type; };
 template <> struct mge_wide<float> { typedef float type; };
 template <> struct mge_wide<double> { typedef double type; };
-template <class T> MGE_FN T mge_add(T a, T b) { typedef typename mge_wide<T>::type U; return (T)((U)a + (U)b); }
-template <class T> MGE_FN T mge_sub(T a, T b) { typedef typename mge_wide<T>::type U; return (T)((U)a - (U)b); }
-template <class T> MGE_FN T mge_mul(T a, T b) { typedef typename mge_wide<T>::type U; return (T)((U)a * (U)b); }
-template <class T> MGE_FN T mge_neg(T a) { typedef typename mge_wide<T>::type U; return (T)(-(U)a); }
+#define MGE_WIDE typename mge_wide<T>::type
+template <class T> MGE_FN T mge_add(T a, T b) { return (T)((MGE_WIDE)a + (MGE_WIDE)b); }
+template <class T> MGE_FN T mge_sub(T a, T b) { return (T)((MGE_WIDE)a - (MGE_WIDE)b); }
+template <class T> MGE_FN T mge_mul(T a, T b) { return (T)((MGE_WIDE)a * (MGE_WIDE)b); }
+template <class T> MGE_FN T mge_neg(T a) { return (T)(-(MGE_WIDE)a); }
 
 @MATH@
 
@@ -177,7 +188,9 @@ template <class T> MGE_FN T mge_neg(T a) { typedef typename mge_wide<T>::type U;
 template <class T, class F> MGE_FN T mge_f2i(F v) { return sizeof(T) < 4 ? (T)(long long)v : (T)v; }
 
 /* numpy's sign: 0 for +-0, NaN for NaN */
-template <class T> MGE_FN T mge_sign(T x) { return x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x)); }
+template <class T> MGE_FN T mge_sign(T x) {
+    return x > 0 ? (T)1 : (x < 0 ? (T)-1 : (x == 0 ? (T)0 : x));
+}
 /* np.clip(x, 0, 6), NaN stays NaN */
 template <class T> MGE_FN T mge_clip06(T x) { return x < 0 ? (T)0 : (x > 6 ? (T)6 : x); }
 /* MegEngine's stable sigmoid: exp(-|x|) never overflows */
@@ -252,8 +265,7 @@ template <class T> MGE_FN T mge_ipow(T a, T b) {
 /* numpy's shifts: a shift by the width or more (or by a negative count) gives 0, or -1 for a
    negative number shifted right */
 template <class T> MGE_FN T mge_shl(T a, T b) {
-    typedef typename mge_wide<T>::type U;
-    return (unsigned long long)b < sizeof(T) * 8 ? (T)((U)a << b) : (T)0;
+    return (unsigned long long)b < sizeof(T) * 8 ? (T)((MGE_WIDE)a << b) : (T)0;
 }
 template <class T> MGE_FN T mge_shr(T a, T b) {
     return (unsigned long long)b < sizeof(T) * 8 ? (T)(a >> b) : (a < 0 ? (T)-1 : (T)0);
@@ -307,7 +319,8 @@ _BODIES = {
                           "i": "return mge_floor_divide_int<T>(a, b);"}),
     # MOD is C's fmod when the dividend is a float, numpy's remainder (the divisor's sign)
     # otherwise -- also in float when only the divisor is one ("pyremainder", chosen in _plan)
-    "mod": ("a b", {"f": "return mge_fmod(a, b);", "pyremainder": "return mge_pyremainder<T>(a, b);",
+    "mod": ("a b", {"f": "return mge_fmod(a, b);",
+                    "pyremainder": "return mge_pyremainder<T>(a, b);",
                     "i": "return mge_remainder_int<T>(a, b);"}),
     "pow": ("a b", {"f": "return mge_pow(a, b);", "i": "return mge_ipow<T>(a, b);"}),
     # numpy's maximum/minimum: a NaN on either side wins
@@ -379,8 +392,9 @@ _BODIES = {
     "tanh_grad": ("y dy", {"f": "return ((T)1 - y * y) * dy;",
                            "i": "return mge_mul<T>(mge_sub<T>(1, mge_mul<T>(y, y)), dy);"}),
     "relu6_grad": ("x dy", {"*": "return (x > 0 && x < 6) ? dy : (T)0;"}),
-    "hsigmoid_grad": ("x dy", {"f": "return (x > -3 && x < 3) ? dy / (T)6 : (T)0;",
-                               "i": "return (x > -3 && x < 3) ? mge_f2i<T>((double)dy / 6.0) : (T)0;"}),
+    "hsigmoid_grad": ("x dy", {
+        "f": "return (x > -3 && x < 3) ? dy / (T)6 : (T)0;",
+        "i": "return (x > -3 && x < 3) ? mge_f2i<T>((double)dy / 6.0) : (T)0;"}),
     "hswish_grad": ("x dy", {
         "f": "return x < -3 ? (T)0 : (x > 3 ? dy : ((T)2 * x + (T)3) / (T)6 * dy);",
         "i": "return x < -3 ? (T)0 : (x > 3 ? dy : mge_f2i<T>("
@@ -397,7 +411,8 @@ _BODIES = {
     "silu_grad": ("x dy", {
         "f": "T s = mge_sigmoid<T>(x);\n    return s * ((T)1 + x * ((T)1 - s)) * dy;",
         "i": "T s = mge_f2i<T>(mge_int_sigmoid<T, E>(x));\n"
-             "    return mge_mul<T>(mge_mul<T>(s, mge_add<T>(1, mge_mul<T>(x, mge_sub<T>(1, s)))), dy);"}),
+             "    T f = mge_add<T>(1, mge_mul<T>(x, mge_sub<T>(1, s)));\n"
+             "    return mge_mul<T>(mge_mul<T>(s, f), dy);"}),
     "asinh_grad": ("x dy", {
         "f": "return dy / mge_sqrt(x * x + (T)1);",
         "i": "return mge_f2i<T>((E)dy / mge_sqrt((E)mge_add<T>(mge_mul<T>(x, x), 1)));"}),
@@ -410,7 +425,7 @@ _BODIES = {
 }
 assert set(_BODIES) == set(ELEMWISE_MODES), set(_BODIES) ^ set(ELEMWISE_MODES)
 
-# -- conversions ------------------------------------------------------------------------------
+# -- conversions ----------------------------------------------------------------------------------
 
 
 def _to_compute(expr, src, dst):
@@ -441,7 +456,7 @@ def _store(expr, src, dst):
     return f"mge_f2h({_to_compute(expr, src, _F32)})"
 
 
-# -- planning a kernel ------------------------------------------------------------------------
+# -- planning a kernel ----------------------------------------------------------------------------
 
 
 def _error(exc, what, message, dtypes):
@@ -545,7 +560,7 @@ def _scalar_function(mode, plan):
     return name, text
 
 
-# -- kernels ----------------------------------------------------------------------------------
+# -- kernels --------------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -623,8 +638,8 @@ def elemwise_kernel(mode, in_dtypes, out_dtype=None, contiguous=True, index_bits
     ins = _dtypes(f"Elemwise({mode!r}) kernel", in_dtypes)
     out = _out_dtype(mode, ins)
     if out_dtype is not None and np.dtype(out_dtype) != out:
-        raise _error(TypeError, f"Elemwise({mode!r}) kernel", f"gives {out}, not {np.dtype(out_dtype)}",
-                     ins)
+        raise _error(TypeError, f"Elemwise({mode!r}) kernel",
+                     f"gives {out}, not {np.dtype(out_dtype)}", ins)
     return _elemwise_kernel(mode, ins, out, bool(contiguous), index_bits)
 
 
@@ -659,7 +674,7 @@ def _typecvt_kernel(src, dst, contiguous, index_bits):
     return _kernel(name, (), (src,), dst, contiguous, index_bits, element)
 
 
-# -- layouts for the general kernels ---------------------------------------------------------
+# -- layouts for the general kernels --------------------------------------------------------------
 
 
 def simplify_layout(shape, strides):
