@@ -23,7 +23,8 @@ from mge._core.ops import (
     AdaptivePooling, BatchNorm, BatchNormBackward, BetaRNG, Dropout, DropoutBackward,
     GammaRNG, GaussianRNG, IndexingOneHot, IndexingSetOneHot, LayerNorm, LayerNormBackward,
     LogSoftmax, MaxPoolingGather, Pad, PadBackward, PermutationRNG, PoissonRNG, Pooling,
-    PoolingBackward, ShuffleRNG, Softmax, UniformRNG,
+    PoolingBackward, ShuffleRNG, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward,
+    UniformRNG,
 )
 
 
@@ -63,6 +64,13 @@ ONE_HOT_CASES = [
     (IndexingSetOneHot(1), [X, _index((2, 4), 3), _x(2, 4, seed=2)]),
     (IndexingSetOneHot(0), [X, _index((3, 4), 2), _x(1, 3, 4, seed=2)]),
 ]
+CROSS_ENTROPY_CASES = [
+    (SoftmaxCrossEntropy(1), [_x(6, 5, seed=5) * 3, _index((6,), 5)]),
+    (SoftmaxCrossEntropy(1), [X, _index((2, 4), 3)]),
+    (SoftmaxCrossEntropy(-1), [X, _index((2, 3), 4, seed=1)]),
+    (SoftmaxCrossEntropyBackward(1), [_x(6, 5, seed=5), _index((6,), 5), _x(6, seed=6)]),
+    (SoftmaxCrossEntropyBackward(0), [X, _index((3, 4), 2), _x(3, 4, seed=7)]),
+]
 DROPOUT_CASES = [
     (Dropout(0.3, 5), [X]),
     (Dropout(0.0, 1), [X]),
@@ -99,7 +107,7 @@ LN_CASES = [
 ]
 RNG_CASES = [(ShuffleRNG(7, 0), [_x(5, 3, seed=16)])]
 
-CASES = (SOFTMAX_CASES + ONE_HOT_CASES + DROPOUT_CASES + PAD_CASES + POOL_CASES + BN_TRAIN_CASES
+CASES = (SOFTMAX_CASES + ONE_HOT_CASES + CROSS_ENTROPY_CASES + DROPOUT_CASES + PAD_CASES + POOL_CASES + BN_TRAIN_CASES
          + BN_INFERENCE_CASES + LN_CASES + RNG_CASES)
 SECOND_ORDER_SKIP = {op for op, _ in BN_TRAIN_CASES + LN_CASES}
 

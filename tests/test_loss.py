@@ -66,12 +66,44 @@ def test_cross_entropy_axis_probabilities_and_stability():
     assert F.nn.cross_entropy(T([[1.0, 2.0, 3.0]]), T([2])).item() == pytest.approx(0.40760596)
 
 
+@pytest.mark.parametrize("dtype", ["float16", "float32", "float64"])
+def test_cross_entropy_gradient_is_softmax_minus_one_hot(dtype):
+    # The one op of the common case and its gradient, against float64 references (float16
+    # is computed in float32 and rounded, as the softmax family is).
+    from mge.autodiff import GradManager
+    rng = np.random.default_rng(3)
+    pred = (rng.standard_normal((5, 7)) * 3).astype(dtype)
+    label = rng.integers(0, 7, 5).astype("int32")
+    x = mge.Parameter(pred, dtype=dtype)
+    gm = GradManager().attach([x])
+    with gm:
+        per_sample = F.nn.cross_entropy(x, T(label), reduction="none")
+        loss = per_sample.mean()
+        gm.backward(loss)
+    p = np.exp(_log_softmax(pred, 1))
+    p[np.arange(5), label] -= 1
+    tol = dict(rtol=2e-3, atol=2e-3) if dtype == "float16" else dict(rtol=1e-5, atol=1e-7)
+    assert per_sample.dtype == np.dtype(dtype) and x.grad.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(loss.numpy(), -_log_softmax(pred, 1)[np.arange(5), label].mean(),
+                               **tol)
+    np.testing.assert_allclose(x.grad.numpy(), p / 5, **tol)
+
+
+def test_cross_entropy_labels_out_of_range():
+    with pytest.raises(IndexError, match=r"SoftmaxCrossEntropy: label out of range \[0, 3\)"):
+        F.nn.cross_entropy(T(np.zeros((2, 3), "float32")), T([0, 3])).numpy()
+    with pytest.raises(IndexError, match=r"label out of range \[0, 3\)"):
+        F.nn.cross_entropy(T(np.zeros((2, 3), "float32")), T([-1, 0])).numpy()
+    assert F.nn.cross_entropy(T(np.zeros((2, 3), "float32")), T([0, 2])).numpy() == \
+        pytest.approx(np.log(3))  # (the runtime goes on)
+
+
 def test_cross_entropy_errors():
     with pytest.raises(ValueError, match=r"cross_entropy: label must have one dim less"):
         F.loss.cross_entropy(T(np.zeros((2, 3), "float32")), T(np.zeros((2, 3), "int32")))
     with pytest.raises(ValueError, match="cross_entropy: 'avg' is not a valid value for reduction"):
         F.loss.cross_entropy(T(np.zeros((2, 3), "float32")), T([0, 1]), reduction="avg")
-    with pytest.raises(TypeError, match="IndexingOneHot: index must be an integer"):
+    with pytest.raises(TypeError, match="SoftmaxCrossEntropy: label must be an integer"):
         F.loss.cross_entropy(T(np.zeros((2, 3), "float32")), T([0.0, 1.0]))
 
 

@@ -5,7 +5,7 @@ per-sample loss).
 """
 import functools
 
-from .._core.ops import IndexingOneHot, LogSoftmax, Reduce, elemwise_op
+from .._core.ops import IndexingOneHot, LogSoftmax, Reduce, SoftmaxCrossEntropy, elemwise_op
 from ..core import apply
 
 __all__ = ["l1_loss", "square_loss", "cross_entropy", "binary_cross_entropy", "hinge_loss",
@@ -73,13 +73,16 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     if pred.ndim != label.ndim + 1:
         raise ValueError(f"cross_entropy: label must have one dim less than pred; pred shape "
                          f"{pred.shape}, label shape {label.shape}")
+    ls = label_smooth
+    no_smoothing = ls is None or (isinstance(ls, (int, float)) and ls == 0)
+    if with_logits and no_smoothing:  # one op (and one for its gradient): the common case
+        return apply(SoftmaxCrossEntropy.get(int(axis)), pred, label)[0]
     if with_logits:
         logp = apply(LogSoftmax.get(int(axis)), pred)[0]
     else:
         logp = _e("log", pred)
     nll = -apply(IndexingOneHot.get(int(axis), False), logp, label)[0]
-    ls = label_smooth
-    if ls is None or (isinstance(ls, (int, float)) and ls == 0):
+    if no_smoothing:
         return nll
     smooth = -apply(Reduce("mean", int(axis), False), logp)[0]
     return nll * (1 - ls) + smooth * ls

@@ -28,7 +28,8 @@ from .._core.ops.elemwise import Elemwise, TypeCvt
 from .._core.ops.indexing import IndexingMultiAxisVec, Subtensor
 from .._core.ops.matmul import BatchedMatrixMul, Dot, MatrixMul
 from .._core.ops.misc import Copy, Detach, Identity
-from .._core.ops.nn import IndexingOneHot, LogSoftmax, Pad, Softmax, softmax_axes
+from .._core.ops.nn import (IndexingOneHot, LogSoftmax, Pad, Softmax, SoftmaxCrossEntropy,
+                             softmax_axes)
 from .._core.ops.nn_conv import Convolution, ConvolutionBackwardData
 from .._core.ops.nn_norm import BatchNorm, LayerNorm, layer_norm_range
 from .._core.ops.nn_pool import AdaptivePooling, Pooling
@@ -600,6 +601,16 @@ def _indexing_one_hot(g, op, ins, outs):
     return [g.reshape(y, outs[0].shape)]
 
 
+def _softmax_cross_entropy(g, op, ins, outs):
+    # nll = -(LogSoftmax(x)[label]) along the axis: the composite the fused op stands for
+    x, idx = ins
+    axis = op.axis % x.ndim
+    logp = g.node("LogSoftmax", [x.name], axis=axis)
+    index = g.node("Unsqueeze", [idx.name, g.ints([axis])])
+    picked = g.node("GatherElements", [logp, index], axis=axis)
+    return [g.node("Neg", [g.reshape(picked, outs[0].shape)])]
+
+
 # -- creation --------------------------------------------------------------------------------------
 def _fill(g, op, ins, outs):
     out = outs[0]
@@ -634,6 +645,7 @@ _RULES = {
     LogSoftmax: _softmax(True),
     Pad: _pad,
     IndexingOneHot: _indexing_one_hot,
+    SoftmaxCrossEntropy: _softmax_cross_entropy,
     Reduce: _reduction,
     Argmax: _arg_reduce("ArgMax"),
     Argmin: _arg_reduce("ArgMin"),

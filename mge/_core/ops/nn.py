@@ -10,6 +10,10 @@ Each module holds the op classes and their shape/dtype rules.  The CPU kernels o
 * ``IndexingOneHot(axis, keepdims)``: ``(src, index)`` -> ``src`` picked at ``index`` along
   ``axis`` (``index`` has ``src``'s shape without ``axis``).
 * ``OneHot(num_classes)``: integer labels -> int32 one-hot rows (a new last axis).
+* ``SoftmaxCrossEntropy(axis)``: ``(logits, label)`` -> the per-sample cross entropy
+  ``logsumexp(logits) - logits[label]`` along ``axis`` (``label`` has ``logits``' shape without
+  ``axis``): ``F.nn.cross_entropy``'s common case in one op instead of a log-softmax, a pick and a
+  negation -- one kernel call instead of three, and one for the gradient instead of seven.
 * ``Dropout(drop_prob, seed)``: outputs ``(y, mask)``; ``y = x * mask / (1 - drop_prob)``, the mask
   drawn from ``numpy.random.default_rng(seed)`` (deterministic for a given seed).
 * ``Pad(pad_width, mode, constant_value)``: ``pad_width`` pairs for the leading axes; modes
@@ -20,6 +24,9 @@ which makes every rule here twice differentiable):
 
 * ``IndexingSetOneHot(axis)``: ``(src, index, value)`` -> ``src`` with ``value`` written at
   ``index`` along ``axis`` (MegEngine's op; the gradient of ``IndexingOneHot``).
+* ``SoftmaxCrossEntropyBackward(axis)``: ``(logits, label, dy)`` ->
+  ``(softmax(logits) - onehot(label)) * dy`` along ``axis``, the gradient of
+  ``SoftmaxCrossEntropy`` (its own rule is written with other ops, as a product rule).
 * ``DropoutBackward(drop_prob)``: ``(dy, mask)`` -> ``dy * mask / (1 - drop_prob)``, the forward
   op's own mask output, so the gradient drops exactly the elements the forward pass dropped.
 * ``PadBackward(pad_width, mode)``: folds the gradient of the padded border back onto the
@@ -36,7 +43,7 @@ from .nn_pool import *  # noqa: F401,F403
 from .nn_pool import __all__ as _pool_all
 
 __all__ = ["Softmax", "LogSoftmax", "IndexingOneHot", "IndexingSetOneHot", "OneHot", "Dropout",
-           "DropoutBackward", "Pad", "PadBackward", "PAD_MODES"] \
+           "SoftmaxCrossEntropy", "SoftmaxCrossEntropyBackward", "DropoutBackward", "Pad", "PadBackward", "PAD_MODES"] \
     + list(_conv_all) + list(_norm_all) + list(_pool_all)
 
 PAD_MODES = ("constant", "reflect", "replicate")
@@ -97,6 +104,20 @@ class IndexingSetOneHot(OpDef):
     ``index`` has ``src``'s shape without ``axis``; ``value`` has ``index``'s shape, or that shape
     with a size-1 ``axis`` (the output of ``IndexingOneHot`` with ``keepdims``).
     """
+
+    _fields = ("axis",)
+    long_running = False
+
+
+class SoftmaxCrossEntropy(OpDef):
+    """``(logits, label)`` -> ``logsumexp(logits) - logits[label]`` along ``axis`` (per sample)."""
+
+    _fields = ("axis",)
+    long_running = False
+
+
+class SoftmaxCrossEntropyBackward(OpDef):
+    """``(logits, label, dy)`` -> ``(softmax(logits) - onehot(label)) * dy`` along ``axis``."""
 
     _fields = ("axis",)
     long_running = False
@@ -164,11 +185,12 @@ def_infer(LogSoftmax)(_infer_softmax)
 
 # -- one-hot ---------------------------------------------------------------------------------------
 
-def _one_hot_axis(op, xs, ixs, idt, descs):
+def _one_hot_axis(op, xs, ixs, idt, descs, index="index", src="src"):
     """``(axis, index shape)`` of ``IndexingOneHot``/``IndexingSetOneHot`` after checking ``index``
-    against ``src`` (shapes ``ixs`` and ``xs``); ``(None, None)`` while ``xs`` is unknown."""
+    against ``src`` (shapes ``ixs`` and ``xs``); ``(None, None)`` while ``xs`` is unknown.
+    ``index`` and ``src`` are the inputs' names in messages."""
     if idt.kind not in "iu":
-        raise op_error(TypeError, op, "index must be an integer tensor", descs)
+        raise op_error(TypeError, op, f"{index} must be an integer tensor", descs)
     if xs is None:
         return None, None
     if not -len(xs) <= op.axis < len(xs):
@@ -177,7 +199,7 @@ def _one_hot_axis(op, xs, ixs, idt, descs):
     axis = op.axis % len(xs)
     want = tuple(xs[:axis]) + tuple(xs[axis + 1:])
     if ixs is not None and tuple(ixs) != want:
-        raise op_error(ValueError, op, f"index must have shape {want} (src shape without axis "
+        raise op_error(ValueError, op, f"{index} must have shape {want} ({src} shape without axis "
                        f"{axis}), got {ixs}", descs)
     return axis, want
 
@@ -206,6 +228,31 @@ def _infer_indexing_set_one_hot(op, descs):
     kept = tuple(xs[:axis]) + (1,) + tuple(xs[axis + 1:])
     if vs is not None and tuple(vs) not in (want, kept):
         raise op_error(ValueError, op, f"value must have shape {want} or {kept}, got {vs}", descs)
+    return [TensorDesc(xs, dtype)]
+
+
+@def_infer(SoftmaxCrossEntropy)
+def _infer_softmax_cross_entropy(op, descs):
+    if len(descs) != 2:
+        raise op_error(TypeError, op, f"expects 2 inputs (logits, label), got {len(descs)}", descs)
+    (xs, dtype), (ixs, idt) = descs
+    if dtype.kind != "f":
+        raise op_error(TypeError, op, "logits must be floating point", descs)
+    axis, want = _one_hot_axis(op, xs, ixs, idt, descs, "label", "logits")
+    return [TensorDesc(want if axis is not None else ixs, dtype)]
+
+
+@def_infer(SoftmaxCrossEntropyBackward)
+def _infer_softmax_cross_entropy_backward(op, descs):
+    if len(descs) != 3:
+        raise op_error(TypeError, op, f"expects 3 inputs (logits, label, dy), got {len(descs)}",
+                       descs)
+    (xs, dtype), (ixs, idt), (gs, _) = descs
+    if dtype.kind != "f":
+        raise op_error(TypeError, op, "logits must be floating point", descs)
+    axis, want = _one_hot_axis(op, xs, ixs, idt, descs, "label", "logits")
+    if axis is not None and gs is not None and tuple(gs) != want:
+        raise op_error(ValueError, op, f"dy must have shape {want} (the loss's), got {gs}", descs)
     return [TensorDesc(xs, dtype)]
 
 

@@ -8,9 +8,10 @@ rule here is twice differentiable.
 from ...ops.creation import Fill
 from ...ops.nn import (
     Dropout, DropoutBackward, IndexingOneHot, IndexingSetOneHot, LogSoftmax, Pad, PadBackward,
-    Softmax,
+    Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward,
 )
 from ...ops.reduce import Reduce
+from ...ops.shape import Reshape
 from ..gradutil import ew, output, run
 from ..registry import def_backward
 
@@ -67,6 +68,48 @@ def _indexing_set_one_hot_grad(op, inputs, outputs, grads, needs):
     if needs[2]:
         dvalue = run(IndexingOneHot.get(op.axis, value.ndim == src.ndim), g, index)
     return [dsrc, None, dvalue]
+
+
+@def_backward(SoftmaxCrossEntropy)
+def _softmax_cross_entropy_grad(op, inputs, outputs, grads, needs):
+    # dlogits = (softmax(logits) - onehot(label)) * dy, in one op; the label gets none
+    g = grads[0]
+    if g is None or not needs[0]:
+        return [None, None]
+    logits, label = inputs
+    return [run(SoftmaxCrossEntropyBackward.get(op.axis), logits, label, g), None]
+
+
+@def_backward(SoftmaxCrossEntropyBackward)
+def _softmax_cross_entropy_backward_grad(op, inputs, outputs, grads, needs):
+    # out = (p - onehot) * dy with p = softmax(logits):
+    #   d dy     = sum(gg * (p - onehot)) along the axis      (out is linear in dy)
+    #   d logits = dy * p * (gg - sum(gg * p))                (softmax's Jacobian, times dy)
+    gg = grads[0]
+    logits, label, dy = inputs
+    if gg is None:
+        return [None, None, None]
+    axis = op.axis % len(logits.shape)
+    d_logits = d_dy = None
+    if needs[2]:
+        d_dy = run(Reduce.get("sum", axis, False),
+                   ew("mul", gg, run(op, logits, label, _ones_like(dy))))
+    if needs[0]:
+        p = run(Softmax.get(axis), logits)
+        inner = ew("sub", gg, _sum_keepdims(ew("mul", gg, p), axis))
+        d_logits = ew("mul", ew("mul", p, inner), _expand(dy, axis))
+    return [d_logits, None, d_dy]
+
+
+def _ones_like(t):
+    return run(Fill.get(tuple(t.shape), 1, t.dtype, t.device))
+
+
+def _expand(t, axis):
+    # ``t`` with a size-1 ``axis`` (the loss's shape -> the logits' rank), for broadcasting
+    shape = list(t.shape)
+    shape.insert(axis, 1)
+    return run(Reshape.get(tuple(shape)), t)
 
 
 @def_backward(Dropout)

@@ -6,7 +6,7 @@ import numpy as np
 
 from ....ops.nn import (
     Dropout, DropoutBackward, IndexingOneHot, IndexingSetOneHot, LogSoftmax, OneHot, Pad,
-    PadBackward, Softmax, softmax_axes,
+    PadBackward, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward, softmax_axes,
 )
 from ..table import def_kernel
 
@@ -33,13 +33,14 @@ def _cpu_logsoftmax(op, x):
     return ((z - np.log(np.exp(z).sum(axis=axes, keepdims=True))).astype(x.dtype, copy=False),)
 
 
-def _one_hot_index_axis(op, x, index):
-    """The axis the kernels of the one-hot ops index along, once ``index``'s values are in range."""
+def _one_hot_index_axis(op, x, index, what="index", src="src"):
+    """The axis the kernels of the one-hot ops index along, once ``index``'s values are in range
+    (``what`` and ``src`` name the inputs in the message)."""
     axis = op.axis % x.ndim
     n = x.shape[axis]
     if index.size and (index.min() < 0 or index.max() >= n):  # no negative indices (MegEngine)
-        raise IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} "
-                         f"(src shape {x.shape}, index range [{index.min()}, {index.max()}])")
+        raise IndexError(f"{op.name}: {what} out of range [0, {n}) along axis {axis} "
+                         f"({src} shape {x.shape}, {what} range [{index.min()}, {index.max()}])")
     return axis
 
 
@@ -63,6 +64,39 @@ def _cpu_indexing_set_one_hot(op, x, index, value):
     idx = np.expand_dims(index.astype(np.intp), axis)
     np.put_along_axis(out, idx, value.reshape(idx.shape).astype(x.dtype, copy=False), axis)
     return (out,)
+
+
+def _cross_entropy_parts(op, x, index):
+    # (z, lse, axis, picked index): the max-shifted logits in the accumulation dtype, their
+    # logsumexp (keepdims) and the index expanded along the class axis
+    axis = _one_hot_index_axis(op, x, index, "label", "logits")
+    acc = np.float32 if x.dtype == np.float16 else x.dtype
+    xa = x.astype(acc, copy=False)
+    z = xa - xa.max(axis=axis, keepdims=True) if x.size else xa
+    lse = np.log(np.exp(z).sum(axis=axis, keepdims=True))
+    return z, lse, axis, np.expand_dims(index.astype(np.intp, copy=False), axis)
+
+
+@def_kernel(SoftmaxCrossEntropy)
+def _cpu_softmax_cross_entropy(op, x, index):
+    z, lse, axis, idx = _cross_entropy_parts(op, x, index)
+    if z.ndim == 2 and axis == 1:  # (batch, classes), the common case: one fancy index
+        nll = lse[:, 0] - z[np.arange(z.shape[0]), index]
+    else:
+        nll = np.squeeze(lse - np.take_along_axis(z, idx, axis), axis)
+    return (nll.astype(x.dtype, copy=False),)
+
+
+@def_kernel(SoftmaxCrossEntropyBackward)
+def _cpu_softmax_cross_entropy_backward(op, x, index, dy):
+    z, lse, axis, idx = _cross_entropy_parts(op, x, index)
+    p = np.exp(z - lse)  # softmax, in the accumulation dtype
+    if p.ndim == 2 and axis == 1:
+        p[np.arange(p.shape[0]), index] -= 1
+    else:
+        np.put_along_axis(p, idx, np.take_along_axis(p, idx, axis) - 1, axis)
+    p *= np.expand_dims(dy.astype(p.dtype, copy=False), axis)
+    return (p.astype(x.dtype, copy=False),)
 
 
 @def_kernel(OneHot)
