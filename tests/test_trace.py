@@ -1331,6 +1331,28 @@ def test_sgd_updates_folded_into_products_train_as_eager(monkeypatch, symbolic, 
         "MatrixMulUpdate" not in calls)
 
 
+@pytest.mark.parametrize("opt_level", [0, 2])
+def test_bias_and_relu_run_as_one_pass_with_eagers_bits(opt_level):
+    # the layers' add(x @ W.T, b) and the relu that reads it become one BiasAct at opt_level >= 1
+    # (the last layer's relu too: each is the sum's only reader); the training gives eager's bits
+    from mge.jit import program
+    batches = _sgd_batches(4)
+    eager_layers, eager_step = _mlp_sgd(lr=0.01, momentum=0.9)
+    traced_layers, step = _mlp_sgd(lr=0.01, momentum=0.9)
+    traced = trace(step, symbolic=True, profiling=True, opt_level=opt_level)
+    for x, y in batches:
+        np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
+    for a, b in zip(_weights(traced_layers), _weights(eager_layers)):
+        np.testing.assert_array_equal(a, b)
+    calls = {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
+    runs = calls["SoftmaxCrossEntropy"]
+    if opt_level:
+        assert calls["BiasAct"] == 2 * runs and "Elemwise.relu" not in calls
+    else:
+        assert "BiasAct" not in calls and calls["Elemwise.relu"] == 2 * runs
+    assert program.BiasAct.get(True).relu is True
+
+
 def test_folded_updates_leave_a_parameter_that_is_still_read_alone(monkeypatch):
     # the program writes over a parameter's buffer only when nothing else sees it: a tensor
     # still holding the old value keeps it (the program updates a copy)

@@ -16,6 +16,7 @@ HOT_MODULES = (
     "mge._core.device.memory",
     "mge._core.profile_recorder",
     "mge._core.device.cpu.handoff",
+    "mge._core.device.cpu.loops",
     "mge._core.device.cpu.device",
     "mge._core.dtr",
     "mge._core.channel.executor",

@@ -8,7 +8,10 @@ from ....ops.nn import (
     Dropout, DropoutBackward, IndexingOneHot, IndexingSetOneHot, LogSoftmax, OneHot, Pad,
     PadBackward, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward, softmax_axes,
 )
+from .... import _accel
 from ..table import def_kernel
+
+_LOOPS = _accel.load("mge._core.device.cpu.loops")  # C loops for the common (batch, classes) case
 
 
 def _shifted(op, x):
@@ -79,6 +82,10 @@ def _cross_entropy_parts(op, x, index):
 
 @def_kernel(SoftmaxCrossEntropy)
 def _cpu_softmax_cross_entropy(op, x, index):
+    if x.ndim == 2 and op.axis % 2 == 1:
+        nll = _LOOPS.cross_entropy(x, index)
+        if nll is not None:
+            return (nll,)
     z, lse, axis, idx = _cross_entropy_parts(op, x, index)
     if z.ndim == 2 and axis == 1:  # (batch, classes), the common case: one fancy index
         nll = lse[:, 0] - z[np.arange(z.shape[0]), index]
@@ -89,6 +96,10 @@ def _cpu_softmax_cross_entropy(op, x, index):
 
 @def_kernel(SoftmaxCrossEntropyBackward)
 def _cpu_softmax_cross_entropy_backward(op, x, index, dy):
+    if x.ndim == 2 and op.axis % 2 == 1:
+        dx = _LOOPS.cross_entropy_backward(x, index, dy)
+        if dx is not None:
+            return (dx,)
     z, lse, axis, idx = _cross_entropy_parts(op, x, index)
     p = np.exp(z - lse)  # softmax, in the accumulation dtype
     if p.ndim == 2 and axis == 1:

@@ -1,0 +1,184 @@
+"""Small CPU kernels as C loops: one pass where numpy would make several calls (compiled).
+
+A kernel on small tensors is mostly Python and numpy call overhead, and in a traced program it
+runs right after a matrix product has evicted the interpreter from the caches: the cross entropy
+of a (64, 10) batch took about 100 us as numpy's nine calls there.  These loops do it in one.
+
+Each function returns ``None`` when it cannot run -- in the pure-Python twin, or for a dtype,
+layout or label it does not take -- and the kernel (``kernels/nn.py``) then computes the same
+thing with numpy.  The two ways agree to float rounding, not bit for bit (C's ``expf`` and a
+double sum against numpy's SIMD ``exp`` and pairwise sum); an op gives the same bits each time in
+one mode, so traced and eager results stay identical.  The C code is in ``loops.pxd``.
+"""
+from __future__ import annotations  # C types in signatures are for Cython only
+
+import cython
+import numpy as np
+
+from ... import _accel
+
+_accel.guard(__name__)
+if cython.compiled:
+    from cython.cimports.cpython.buffer import (PyBUF_RECORDS, PyBUF_RECORDS_RO,
+                                                PyBuffer_Release, PyObject_GetBuffer)
+
+__all__ = ["bias_act", "cross_entropy", "cross_entropy_backward"]
+
+_F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
+_I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
+
+
+def _takes(x, label):
+    # (rows, classes) C-contiguous float32/float64 logits and contiguous int32/int64 labels
+    return (x.ndim == 2 and label.ndim == 1 and label.shape[0] == x.shape[0] and x.shape[1] > 0
+            and (x.dtype == _F32 or x.dtype == _F64) and (label.dtype == _I32 or label.dtype == _I64)
+            and x.flags.c_contiguous and label.flags.c_contiguous)
+
+
+def bias_act(out, x, b, relu):
+    """``out = x + b`` (then ``relu``, as ``numpy.maximum(v, 0)``) for a C-contiguous
+    (rows, cols) float32/float64 ``x`` and a contiguous ``b`` of ``cols`` (``out`` may be ``x``):
+    the same bits as numpy's two calls, in one pass.  False when this cannot run it."""
+    if not cython.compiled:
+        return False
+    dtype = x.dtype
+    if (x.ndim != 2 or b.ndim != 1 or b.shape[0] != x.shape[1] or out.shape != x.shape
+            or (dtype != _F32 and dtype != _F64) or b.dtype != dtype or out.dtype != dtype
+            or not (x.flags.c_contiguous and b.flags.c_contiguous and out.flags.c_contiguous)
+            or not out.flags.writeable):
+        return False
+    bo: Py_buffer  # noqa: F821
+    bx: Py_buffer  # noqa: F821
+    bb: Py_buffer  # noqa: F821
+    _get3(out, x, b, cython.address(bo), cython.address(bx), cython.address(bb))
+    rows: cython.Py_ssize_t = x.shape[0]
+    cols: cython.Py_ssize_t = x.shape[1]
+    act: cython.int = 1 if relu else 0
+    single: cython.bint = dtype == _F32
+    with cython.nogil:
+        if single:
+            mge_bias_act_f(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (loops.pxd)
+                           cython.cast(cython.p_float, bx.buf),
+                           cython.cast(cython.p_float, bb.buf), rows, cols, act)
+        else:
+            mge_bias_act_d(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                           cython.cast(cython.p_double, bx.buf),
+                           cython.cast(cython.p_double, bb.buf), rows, cols, act)
+    _release3(cython.address(bo), cython.address(bx), cython.address(bb))
+    return True
+
+
+def cross_entropy(x, label):
+    """Per-row ``logsumexp(x[i]) - x[i, label[i]]`` of (rows, classes) logits, or ``None`` when
+    this cannot run it (see the module docstring): also for a label out of range, which the
+    numpy path then reports."""
+    if not cython.compiled or not _takes(x, label):
+        return None
+    out = np.empty(x.shape[0], x.dtype)
+    bo: Py_buffer  # noqa: F821
+    bx: Py_buffer  # noqa: F821
+    bl: Py_buffer  # noqa: F821
+    _get3(out, x, label, cython.address(bo), cython.address(bx), cython.address(bl))
+    rows: cython.Py_ssize_t = x.shape[0]
+    cls: cython.Py_ssize_t = x.shape[1]
+    single: cython.bint = x.dtype == _F32
+    wide: cython.bint = label.dtype == _I64
+    bad: cython.Py_ssize_t
+    with cython.nogil:
+        if single and not wide:
+            bad = mge_ce_fwd_f_i32(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (loops.pxd)
+                                   cython.cast(cython.p_float, bx.buf),
+                                   cython.cast(cython.p_int, bl.buf), rows, cls)
+        elif single:
+            bad = mge_ce_fwd_f_i64(cython.cast(cython.p_float, bo.buf),  # noqa: F821
+                                   cython.cast(cython.p_float, bx.buf),
+                                   cython.cast(cython.p_longlong, bl.buf), rows, cls)
+        elif not wide:
+            bad = mge_ce_fwd_d_i32(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                                   cython.cast(cython.p_double, bx.buf),
+                                   cython.cast(cython.p_int, bl.buf), rows, cls)
+        else:
+            bad = mge_ce_fwd_d_i64(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                                   cython.cast(cython.p_double, bx.buf),
+                                   cython.cast(cython.p_longlong, bl.buf), rows, cls)
+    _release3(cython.address(bo), cython.address(bx), cython.address(bl))
+    return out if bad < 0 else None
+
+
+def cross_entropy_backward(x, label, dy):
+    """``(softmax(x[i]) - onehot(label[i])) * dy[i]`` per row of (rows, classes) logits, or
+    ``None`` when this cannot run it (``dy``: one per row, of ``x``'s dtype)."""
+    if (not cython.compiled or not _takes(x, label) or dy.dtype != x.dtype or dy.ndim != 1
+            or dy.shape[0] != x.shape[0]):
+        return None
+    if not dy.flags.c_contiguous:  # (a mean's gradient is a broadcast view: one value per row)
+        dy = np.ascontiguousarray(dy)
+    out = np.empty_like(x)
+    bo: Py_buffer  # noqa: F821
+    bx: Py_buffer  # noqa: F821
+    bl: Py_buffer  # noqa: F821
+    bd: Py_buffer  # noqa: F821
+    _get3(out, x, label, cython.address(bo), cython.address(bx), cython.address(bl))
+    try:
+        PyObject_GetBuffer(dy, cython.address(bd), PyBUF_RECORDS_RO)
+    except BaseException:
+        _release3(cython.address(bo), cython.address(bx), cython.address(bl))
+        raise
+    rows: cython.Py_ssize_t = x.shape[0]
+    cls: cython.Py_ssize_t = x.shape[1]
+    single: cython.bint = x.dtype == _F32
+    wide: cython.bint = label.dtype == _I64
+    bad: cython.Py_ssize_t
+    with cython.nogil:
+        if single and not wide:
+            bad = mge_ce_bwd_f_i32(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (loops.pxd)
+                                   cython.cast(cython.p_float, bx.buf),
+                                   cython.cast(cython.p_int, bl.buf),
+                                   cython.cast(cython.p_float, bd.buf), rows, cls)
+        elif single:
+            bad = mge_ce_bwd_f_i64(cython.cast(cython.p_float, bo.buf),  # noqa: F821
+                                   cython.cast(cython.p_float, bx.buf),
+                                   cython.cast(cython.p_longlong, bl.buf),
+                                   cython.cast(cython.p_float, bd.buf), rows, cls)
+        elif not wide:
+            bad = mge_ce_bwd_d_i32(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                                   cython.cast(cython.p_double, bx.buf),
+                                   cython.cast(cython.p_int, bl.buf),
+                                   cython.cast(cython.p_double, bd.buf), rows, cls)
+        else:
+            bad = mge_ce_bwd_d_i64(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                                   cython.cast(cython.p_double, bx.buf),
+                                   cython.cast(cython.p_longlong, bl.buf),
+                                   cython.cast(cython.p_double, bd.buf), rows, cls)
+    PyBuffer_Release(cython.address(bd))
+    _release3(cython.address(bo), cython.address(bx), cython.address(bl))
+    return out if bad < 0 else None
+
+
+@cython.cfunc
+@cython.exceptval(-1)
+def _get3(out, a, b, vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
+          vb: cython.pointer(Py_buffer)) -> cython.int:  # noqa: F821
+    # the buffers of ``out`` (writable) and of two inputs: all of them, or an exception and none
+    PyObject_GetBuffer(out, vo, PyBUF_RECORDS)
+    try:
+        PyObject_GetBuffer(a, va, PyBUF_RECORDS_RO)
+    except BaseException:
+        PyBuffer_Release(vo)
+        raise
+    try:
+        PyObject_GetBuffer(b, vb, PyBUF_RECORDS_RO)
+    except BaseException:
+        PyBuffer_Release(va)
+        PyBuffer_Release(vo)
+        raise
+    return 0
+
+
+@cython.cfunc
+@cython.exceptval(check=False)
+def _release3(vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
+              vb: cython.pointer(Py_buffer)) -> cython.void:  # noqa: F821
+    PyBuffer_Release(vb)
+    PyBuffer_Release(va)
+    PyBuffer_Release(vo)

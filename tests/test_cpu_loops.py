@@ -1,0 +1,102 @@
+"""The CPU device's C loops (``mge/_core/device/cpu/loops.py``) against numpy and float64.
+
+Compiled, each loop gives numpy's bits (``bias_act``) or float64 references within float
+rounding (the cross entropy); it declines (``None``/``False``) what it does not take, and the
+kernels then use numpy.  In the pure-Python twin every loop declines.
+"""
+import numpy as np
+import pytest
+
+from mge._core import _accel
+
+loops = _accel.load("mge._core.device.cpu.loops")
+COMPILED = _accel.MODES.get("mge._core.device.cpu.loops") == "compiled"
+
+
+def _logits(rows, cls, dtype, seed=0):
+    return (np.random.default_rng(seed).standard_normal((rows, cls)) * 4).astype(dtype)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("relu", [False, True])
+def test_bias_act_gives_numpys_bits(dtype, relu):
+    x = _logits(7, 9, dtype)
+    x[0, :4] = [np.nan, -0.0, 0.0, np.inf]
+    b = _logits(1, 9, dtype, seed=1)[0]
+    b[:4] = [1.0, -0.0, -0.0, -np.inf]
+    with np.errstate(invalid="ignore"):  # (inf + -inf)
+        want = np.add(x, b)
+    if relu:
+        want = np.maximum(want, 0)
+    out = np.empty_like(x)
+    if not COMPILED:  # the twin declines: the kernel's numpy path is the one tested
+        assert not loops.bias_act(out, x, b, relu)
+        return
+    assert loops.bias_act(out, x, b, relu)
+    np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
+    assert loops.bias_act(x, x, b, relu)  # in place
+    np.testing.assert_array_equal(x.view(f"u{x.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_bias_act_declines_what_it_does_not_take():
+    x = _logits(4, 6, "float32")
+    b = np.zeros(6, "float32")
+    out = np.zeros_like(x)
+    assert not loops.bias_act(out, x.T.copy().T, b, True)         # not C-contiguous
+    assert not loops.bias_act(out, x, b.astype("float64"), True)   # another dtype
+    assert not loops.bias_act(out, x, np.zeros(5, "float32"), True)  # another width
+    assert not loops.bias_act(out.astype("float16"), x.astype("float16"), b.astype("float16"),
+                              True)
+    ro = np.empty_like(x)
+    ro.flags.writeable = False
+    assert not loops.bias_act(ro, x, b, False)
+
+
+def _nll64(x, label):
+    x = x.astype(np.float64)
+    m = x.max(1, keepdims=True)
+    lse = np.log(np.exp(x - m).sum(1)) + m[:, 0]
+    return lse - x[np.arange(len(x)), label]
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("label_dtype", ["int32", "int64"])
+def test_cross_entropy_and_its_gradient_against_float64(dtype, label_dtype):
+    x = _logits(33, 11, dtype)
+    x[0] = [1000.0] + [-1000.0] * 10  # large logits: max-shifted, no overflow
+    label = np.random.default_rng(2).integers(0, 11, 33).astype(label_dtype)
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    nll = loops.cross_entropy(x, label)
+    if not COMPILED:
+        assert nll is None
+        return
+    assert nll.dtype == np.dtype(dtype)
+    np.testing.assert_allclose(nll, _nll64(x, label), **tol)
+    dy = np.random.default_rng(3).standard_normal(33).astype(dtype)
+    x64 = x.astype(np.float64)
+    p = np.exp(x64 - x64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(33), label] -= 1
+    dx = loops.cross_entropy_backward(x, label, dy[::1])
+    np.testing.assert_allclose(dx, p * dy[:, None], **tol)
+    dy_view = np.broadcast_to(dy[:1], (33,))  # a mean's gradient: one value for every row
+    np.testing.assert_allclose(loops.cross_entropy_backward(x, label, dy_view),
+                               p * dy[0], **tol)
+
+
+def test_cross_entropy_declines_bad_labels_and_layouts():
+    x = _logits(4, 3, "float32")
+    assert loops.cross_entropy(x, np.array([0, 1, 3, 0], "int32")) is None   # out of range
+    assert loops.cross_entropy(x, np.array([0, -1, 2, 0], "int32")) is None  # negative
+    assert loops.cross_entropy(x.astype("float16"), np.zeros(4, "int32")) is None
+    assert loops.cross_entropy(x, np.zeros(4, "uint8")) is None
+    assert loops.cross_entropy_backward(x, np.zeros(4, "int32"), np.ones(4, "float64")) is None
+    assert loops.cross_entropy_backward(x, np.array([0, 0, 9, 0], "int32"),
+                                        np.ones(4, "float32")) is None
+
+
+def test_the_pure_twin_declines_everything_and_the_compiled_one_takes_the_common_case():
+    x = _logits(4, 3, "float32")
+    got = loops.cross_entropy(x, np.zeros(4, "int32"))
+    assert (got is not None) == COMPILED
+    assert loops.bias_act(np.empty_like(x), x, np.zeros(3, "float32"), True) == COMPILED
