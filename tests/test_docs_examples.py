@@ -16,7 +16,7 @@ import pytest
 ROOT = pathlib.Path(__file__).resolve().parent.parent
 PAGES = ["README.md", "docs/index.rst", "docs/quickstart.rst", "docs/guides/plugins.rst", "docs/guides/async.rst",
          "docs/guides/autodiff.rst", "docs/guides/modules.rst", "docs/guides/training.rst", "docs/guides/dtr.rst",
-         "docs/guides/devices.rst", "docs/guides/threads.rst", "docs/guides/trace.rst",
+         "docs/guides/devices.rst", "docs/guides/cuda.rst", "docs/guides/threads.rst", "docs/guides/trace.rst",
          "docs/guides/trace_dump.rst", "docs/guides/trace_onnx.rst", "docs/guides/graphs.rst", "docs/guides/data.rst",
          "docs/guides/profiler.rst", "docs/guides/traced_module.rst", "docs/guides/quantization.rst"]
 
