@@ -84,6 +84,33 @@ def test_cross_entropy_and_its_gradient_against_float64(dtype, label_dtype):
                                p * dy[0], **tol)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+def test_cross_entropy_reduced_in_the_loop(dtype):
+    # "sum"/"mean": the loss summed in double, and the gradient of a reduced loss's scalar dy
+    # (divided by the rows for a mean, rounded to the dtype first as numpy's dy / count is)
+    x = _logits(20, 6, dtype, seed=4)
+    label = np.random.default_rng(5).integers(0, 6, 20).astype("int32")
+    dy = np.asarray(0.7, dtype)
+    nll = _nll64(x, label)
+    x64 = x.astype(np.float64)
+    p = np.exp(x64 - x64.max(1, keepdims=True))
+    p /= p.sum(1, keepdims=True)
+    p[np.arange(20), label] -= 1
+    tol = dict(rtol=1e-6, atol=1e-6) if dtype == "float32" else dict(rtol=1e-12, atol=1e-12)
+    for reduction, total, share in (("sum", nll.sum(), float(dy)),
+                                    ("mean", nll.mean(), float(dy / dy.dtype.type(20)))):
+        got = loops.cross_entropy(x, label, reduction)
+        grad = loops.cross_entropy_backward(x, label, dy, reduction)
+        if not COMPILED:
+            assert got is None and grad is None
+            continue
+        assert got.shape == () and got.dtype == np.dtype(dtype)
+        np.testing.assert_allclose(got, total, **tol)
+        np.testing.assert_allclose(grad, p * share, **tol)
+    assert loops.cross_entropy(x, label, "avg") is None
+    assert loops.cross_entropy_backward(x, label, np.ones(20, dtype), "mean") is None  # not 0-d
+
+
 def test_cross_entropy_declines_bad_labels_and_layouts():
     x = _logits(4, 3, "float32")
     assert loops.cross_entropy(x, np.array([0, 1, 3, 0], "int32")) is None   # out of range

@@ -70,6 +70,10 @@ CROSS_ENTROPY_CASES = [
     (SoftmaxCrossEntropy(-1), [X, _index((2, 3), 4, seed=1)]),
     (SoftmaxCrossEntropyBackward(1), [_x(6, 5, seed=5), _index((6,), 5), _x(6, seed=6)]),
     (SoftmaxCrossEntropyBackward(0), [X, _index((3, 4), 2), _x(3, 4, seed=7)]),
+    (SoftmaxCrossEntropy(1, "mean"), [_x(6, 5, seed=5) * 3, _index((6,), 5)]),
+    (SoftmaxCrossEntropy(-1, "sum"), [X, _index((2, 3), 4, seed=1)]),
+    (SoftmaxCrossEntropyBackward(1, "mean"), [_x(6, 5, seed=5), _index((6,), 5), _x(seed=8)]),
+    (SoftmaxCrossEntropyBackward(2, "sum"), [X, _index((2, 3), 4), _x(seed=9)]),
 ]
 DROPOUT_CASES = [
     (Dropout(0.3, 5), [X]),

@@ -5,6 +5,8 @@ per-sample loss).
 """
 import functools
 
+import numpy as np
+
 from .._core.ops import IndexingOneHot, LogSoftmax, Reduce, SoftmaxCrossEntropy, elemwise_op
 from ..core import apply
 
@@ -20,10 +22,7 @@ def _reduced(fn):
         if reduction not in _REDUCTIONS:
             raise ValueError(f"{fn.__name__}: {reduction!r} is not a valid value for reduction; "
                              f"expected one of {_REDUCTIONS}")
-        loss = fn(*args, **kwargs)
-        if reduction == "none":
-            return loss
-        return apply(Reduce.get(reduction, None, False), loss)[0]
+        return _reduce(fn(*args, **kwargs), reduction)
     return wrapper
 
 
@@ -49,7 +48,6 @@ def square_loss(pred, label, reduction="mean"):
     return _e("square", pred - label)
 
 
-@_reduced
 def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reduction="mean"):
     """Cross entropy of class scores ``pred`` against integer class labels ``label``.
 
@@ -60,12 +58,17 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
         label: integer labels, ``pred``'s shape without ``axis``.
         label_smooth: mixes the one-hot target with the uniform distribution:
             ``loss = (1 - ls) * nll + ls * mean_over_classes(-log p)``.
+        reduction: ``"mean"`` (default), ``"sum"`` or ``"none"`` (the per-sample loss).
 
     With logits the log-probabilities come from a max-shifted log-softmax, so large logits do not
-    overflow.
+    overflow.  With logits and no smoothing the loss (reduced too, in float32 and float64) is one
+    op, ``SoftmaxCrossEntropy``, and its gradient one more.
     """
     from ..tensor import Tensor
 
+    if reduction not in _REDUCTIONS:
+        raise ValueError(f"cross_entropy: {reduction!r} is not a valid value for reduction; "
+                         f"expected one of {_REDUCTIONS}")
     if not isinstance(pred, Tensor):
         pred = Tensor(pred)
     if not isinstance(label, Tensor):  # numpy labels: int64 becomes int32, as mge.tensor does
@@ -76,16 +79,28 @@ def cross_entropy(pred, label, axis=1, with_logits=True, label_smooth=0, reducti
     ls = label_smooth
     no_smoothing = ls is None or (isinstance(ls, (int, float)) and ls == 0)
     if with_logits and no_smoothing:  # one op (and one for its gradient): the common case
-        return apply(SoftmaxCrossEntropy.get(int(axis)), pred, label)[0]
+        inside = reduction if pred.dtype in _REDUCED_INSIDE else "none"
+        loss = apply(SoftmaxCrossEntropy.get(int(axis), inside), pred, label)[0]
+        return loss if inside == reduction else _reduce(loss, reduction)
     if with_logits:
         logp = apply(LogSoftmax.get(int(axis)), pred)[0]
     else:
         logp = _e("log", pred)
     nll = -apply(IndexingOneHot.get(int(axis), False), logp, label)[0]
     if no_smoothing:
-        return nll
+        return _reduce(nll, reduction)
     smooth = -apply(Reduce("mean", int(axis), False), logp)[0]
-    return nll * (1 - ls) + smooth * ls
+    return _reduce(nll * (1 - ls) + smooth * ls, reduction)
+
+
+# the dtypes whose mean keeps them (float16's is float32: reduced by Reduce, as before)
+_REDUCED_INSIDE = (np.dtype(np.float32), np.dtype(np.float64))
+
+
+def _reduce(loss, reduction):
+    if reduction == "none":
+        return loss
+    return apply(Reduce.get(reduction, None, False), loss)[0]
 
 
 @_reduced

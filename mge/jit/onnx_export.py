@@ -602,13 +602,17 @@ def _indexing_one_hot(g, op, ins, outs):
 
 
 def _softmax_cross_entropy(g, op, ins, outs):
-    # nll = -(LogSoftmax(x)[label]) along the axis: the composite the fused op stands for
+    # nll = -(LogSoftmax(x)[label]) along the axis, reduced or not: the composite the fused
+    # op stands for
     x, idx = ins
     axis = op.axis % x.ndim
     logp = g.node("LogSoftmax", [x.name], axis=axis)
     index = g.node("Unsqueeze", [idx.name, g.ints([axis])])
     picked = g.node("GatherElements", [logp, index], axis=axis)
-    return [g.node("Neg", [g.reshape(picked, outs[0].shape)])]
+    if op.reduction == "none":
+        return [g.node("Neg", [g.reshape(picked, outs[0].shape)])]
+    kind = "ReduceMean" if op.reduction == "mean" else "ReduceSum"
+    return [g.node("Neg", [g.reduce(kind, picked, list(range(x.ndim)), False)])]
 
 
 # -- creation --------------------------------------------------------------------------------------

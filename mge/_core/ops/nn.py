@@ -10,10 +10,11 @@ Each module holds the op classes and their shape/dtype rules.  The CPU kernels o
 * ``IndexingOneHot(axis, keepdims)``: ``(src, index)`` -> ``src`` picked at ``index`` along
   ``axis`` (``index`` has ``src``'s shape without ``axis``).
 * ``OneHot(num_classes)``: integer labels -> int32 one-hot rows (a new last axis).
-* ``SoftmaxCrossEntropy(axis)``: ``(logits, label)`` -> the per-sample cross entropy
+* ``SoftmaxCrossEntropy(axis, reduction)``: ``(logits, label)`` -> the cross entropy
   ``logsumexp(logits) - logits[label]`` along ``axis`` (``label`` has ``logits``' shape without
-  ``axis``): ``F.nn.cross_entropy``'s common case in one op instead of a log-softmax, a pick and a
-  negation -- one kernel call instead of three, and one for the gradient instead of seven.
+  ``axis``), per sample or its mean or sum: ``F.nn.cross_entropy``'s common case in one op instead
+  of a log-softmax, a pick, a negation and a mean -- one kernel call instead of four, and one for
+  the gradient instead of eight.
 * ``Dropout(drop_prob, seed)``: outputs ``(y, mask)``; ``y = x * mask / (1 - drop_prob)``, the mask
   drawn from ``numpy.random.default_rng(seed)`` (deterministic for a given seed).
 * ``Pad(pad_width, mode, constant_value)``: ``pad_width`` pairs for the leading axes; modes
@@ -24,8 +25,9 @@ which makes every rule here twice differentiable):
 
 * ``IndexingSetOneHot(axis)``: ``(src, index, value)`` -> ``src`` with ``value`` written at
   ``index`` along ``axis`` (MegEngine's op; the gradient of ``IndexingOneHot``).
-* ``SoftmaxCrossEntropyBackward(axis)``: ``(logits, label, dy)`` ->
-  ``(softmax(logits) - onehot(label)) * dy`` along ``axis``, the gradient of
+* ``SoftmaxCrossEntropyBackward(axis, reduction)``: ``(logits, label, dy)`` ->
+  ``(softmax(logits) - onehot(label)) * dy`` along ``axis`` (a reduced loss's scalar ``dy``
+  spread over the samples), the gradient of
   ``SoftmaxCrossEntropy`` (its own rule is written with other ops, as a product rule).
 * ``DropoutBackward(drop_prob)``: ``(dy, mask)`` -> ``dy * mask / (1 - drop_prob)``, the forward
   op's own mask output, so the gradient drops exactly the elements the forward pass dropped.
@@ -43,7 +45,8 @@ from .nn_pool import *  # noqa: F401,F403
 from .nn_pool import __all__ as _pool_all
 
 __all__ = ["Softmax", "LogSoftmax", "IndexingOneHot", "IndexingSetOneHot", "OneHot", "Dropout",
-           "SoftmaxCrossEntropy", "SoftmaxCrossEntropyBackward", "DropoutBackward", "Pad", "PadBackward", "PAD_MODES"] \
+           "SoftmaxCrossEntropy", "SoftmaxCrossEntropyBackward", "CROSS_ENTROPY_REDUCTIONS",
+           "DropoutBackward", "Pad", "PadBackward", "PAD_MODES"] \
     + list(_conv_all) + list(_norm_all) + list(_pool_all)
 
 PAD_MODES = ("constant", "reflect", "replicate")
@@ -110,17 +113,25 @@ class IndexingSetOneHot(OpDef):
 
 
 class SoftmaxCrossEntropy(OpDef):
-    """``(logits, label)`` -> ``logsumexp(logits) - logits[label]`` along ``axis`` (per sample)."""
+    """``(logits, label)`` -> ``logsumexp(logits) - logits[label]`` along ``axis``, per sample
+    (``reduction="none"``) or its ``"mean"`` or ``"sum"`` over every sample."""
 
-    _fields = ("axis",)
+    _fields = ("axis", "reduction")
+    _defaults = {"reduction": "none"}
     long_running = False
 
 
 class SoftmaxCrossEntropyBackward(OpDef):
-    """``(logits, label, dy)`` -> ``(softmax(logits) - onehot(label)) * dy`` along ``axis``."""
+    """``(logits, label, dy)`` -> ``(softmax(logits) - onehot(label)) * dy`` along ``axis``; with
+    ``reduction`` ``"mean"``/``"sum"`` ``dy`` is the scalar gradient of the reduced loss (each
+    sample gets ``dy / count`` or ``dy``)."""
 
-    _fields = ("axis",)
+    _fields = ("axis", "reduction")
+    _defaults = {"reduction": "none"}
     long_running = False
+
+
+CROSS_ENTROPY_REDUCTIONS = ("none", "mean", "sum")
 
 
 class DropoutBackward(OpDef):
@@ -238,8 +249,17 @@ def _infer_softmax_cross_entropy(op, descs):
     (xs, dtype), (ixs, idt) = descs
     if dtype.kind != "f":
         raise op_error(TypeError, op, "logits must be floating point", descs)
+    _check_reduction(op, descs)
     axis, want = _one_hot_axis(op, xs, ixs, idt, descs, "label", "logits")
+    if op.reduction != "none":
+        return [TensorDesc((), dtype)]
     return [TensorDesc(want if axis is not None else ixs, dtype)]
+
+
+def _check_reduction(op, descs):
+    if op.reduction not in CROSS_ENTROPY_REDUCTIONS:
+        raise op_error(ValueError, op, f"reduction must be one of {CROSS_ENTROPY_REDUCTIONS}, got "
+                       f"{op.reduction!r}", descs)
 
 
 @def_infer(SoftmaxCrossEntropyBackward)
@@ -250,7 +270,10 @@ def _infer_softmax_cross_entropy_backward(op, descs):
     (xs, dtype), (ixs, idt), (gs, _) = descs
     if dtype.kind != "f":
         raise op_error(TypeError, op, "logits must be floating point", descs)
+    _check_reduction(op, descs)
     axis, want = _one_hot_axis(op, xs, ixs, idt, descs, "label", "logits")
+    if op.reduction != "none":
+        want = ()
     if axis is not None and gs is not None and tuple(gs) != want:
         raise op_error(ValueError, op, f"dy must have shape {want} (the loss's), got {gs}", descs)
     return [TensorDesc(xs, dtype)]

@@ -77,32 +77,43 @@ def _softmax_cross_entropy_grad(op, inputs, outputs, grads, needs):
     if g is None or not needs[0]:
         return [None, None]
     logits, label = inputs
-    return [run(SoftmaxCrossEntropyBackward.get(op.axis), logits, label, g), None]
+    return [run(SoftmaxCrossEntropyBackward.get(op.axis, op.reduction), logits, label, g), None]
 
 
 @def_backward(SoftmaxCrossEntropyBackward)
 def _softmax_cross_entropy_backward_grad(op, inputs, outputs, grads, needs):
-    # out = (p - onehot) * dy with p = softmax(logits):
-    #   d dy     = sum(gg * (p - onehot)) along the axis      (out is linear in dy)
-    #   d logits = dy * p * (gg - sum(gg * p))                (softmax's Jacobian, times dy)
+    # out = (p - onehot) * s with p = softmax(logits) and s each sample's share of dy
+    # (dy itself, dy / count for a mean, dy for a sum; broadcast along the axis):
+    #   d dy     = sum(gg * (p - onehot)) along the axis (over everything, / count, when reduced)
+    #   d logits = s * p * (gg - sum(gg * p))                (softmax's Jacobian, times s)
     gg = grads[0]
     logits, label, dy = inputs
     if gg is None:
         return [None, None, None]
     axis = op.axis % len(logits.shape)
+    count = 1
+    for n in label.shape:
+        count *= n
     d_logits = d_dy = None
     if needs[2]:
-        d_dy = run(Reduce.get("sum", axis, False),
-                   ew("mul", gg, run(op, logits, label, _ones_like(dy))))
+        per_class = SoftmaxCrossEntropyBackward.get(op.axis, "none")
+        ones = run(Fill.get(tuple(label.shape), 1, logits.dtype, logits.device))
+        prod = ew("mul", gg, run(per_class, logits, label, ones))
+        if op.reduction == "none":
+            d_dy = run(Reduce.get("sum", axis, False), prod)
+        else:
+            d_dy = run(Reduce.get("sum", None, False), prod)
+            if op.reduction == "mean" and count:
+                d_dy = ew("true_div", d_dy, float(count))
     if needs[0]:
         p = run(Softmax.get(axis), logits)
         inner = ew("sub", gg, _sum_keepdims(ew("mul", gg, p), axis))
-        d_logits = ew("mul", ew("mul", p, inner), _expand(dy, axis))
+        if op.reduction == "none":
+            share = _expand(dy, axis)
+        else:
+            share = ew("true_div", dy, float(count)) if op.reduction == "mean" and count else dy
+        d_logits = ew("mul", ew("mul", p, inner), share)
     return [d_logits, None, d_dy]
-
-
-def _ones_like(t):
-    return run(Fill.get(tuple(t.shape), 1, t.dtype, t.device))
 
 
 def _expand(t, axis):

@@ -68,13 +68,17 @@ def bias_act(out, x, b, relu):
     return True
 
 
-def cross_entropy(x, label):
-    """Per-row ``logsumexp(x[i]) - x[i, label[i]]`` of (rows, classes) logits, or ``None`` when
-    this cannot run it (see the module docstring): also for a label out of range, which the
-    numpy path then reports."""
-    if not cython.compiled or not _takes(x, label):
+_REDUCE = {"none": 0, "sum": 1, "mean": 2}
+
+
+def cross_entropy(x, label, reduction="none"):
+    """Per-row ``logsumexp(x[i]) - x[i, label[i]]`` of (rows, classes) logits, or their
+    ``"sum"``/``"mean"`` (a 0-d array, summed in double), or ``None`` when this cannot run it
+    (see the module docstring): also for a label out of range, which the numpy path reports."""
+    if not cython.compiled or not _takes(x, label) or reduction not in _REDUCE:
         return None
-    out = np.empty(x.shape[0], x.dtype)
+    reduce: cython.int = _REDUCE[reduction]
+    out = np.empty(x.shape[0] if reduce == 0 else (), x.dtype)
     bo: Py_buffer  # noqa: F821
     bx: Py_buffer  # noqa: F821
     bl: Py_buffer  # noqa: F821
@@ -88,31 +92,38 @@ def cross_entropy(x, label):
         if single and not wide:
             bad = mge_ce_fwd_f_i32(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (loops.pxd)
                                    cython.cast(cython.p_float, bx.buf),
-                                   cython.cast(cython.p_int, bl.buf), rows, cls)
+                                   cython.cast(cython.p_int, bl.buf), rows, cls, reduce)
         elif single:
             bad = mge_ce_fwd_f_i64(cython.cast(cython.p_float, bo.buf),  # noqa: F821
                                    cython.cast(cython.p_float, bx.buf),
-                                   cython.cast(cython.p_longlong, bl.buf), rows, cls)
+                                   cython.cast(cython.p_longlong, bl.buf), rows, cls, reduce)
         elif not wide:
             bad = mge_ce_fwd_d_i32(cython.cast(cython.p_double, bo.buf),  # noqa: F821
                                    cython.cast(cython.p_double, bx.buf),
-                                   cython.cast(cython.p_int, bl.buf), rows, cls)
+                                   cython.cast(cython.p_int, bl.buf), rows, cls, reduce)
         else:
             bad = mge_ce_fwd_d_i64(cython.cast(cython.p_double, bo.buf),  # noqa: F821
                                    cython.cast(cython.p_double, bx.buf),
-                                   cython.cast(cython.p_longlong, bl.buf), rows, cls)
+                                   cython.cast(cython.p_longlong, bl.buf), rows, cls, reduce)
     _release3(cython.address(bo), cython.address(bx), cython.address(bl))
     return out if bad < 0 else None
 
 
-def cross_entropy_backward(x, label, dy):
-    """``(softmax(x[i]) - onehot(label[i])) * dy[i]`` per row of (rows, classes) logits, or
-    ``None`` when this cannot run it (``dy``: one per row, of ``x``'s dtype)."""
-    if (not cython.compiled or not _takes(x, label) or dy.dtype != x.dtype or dy.ndim != 1
-            or dy.shape[0] != x.shape[0]):
+def cross_entropy_backward(x, label, dy, reduction="none"):
+    """``(softmax(x[i]) - onehot(label[i])) * g[i]`` per row of (rows, classes) logits, with
+    ``g`` = ``dy`` (one per row), or for a reduced loss its scalar ``dy`` (divided by the rows for
+    a ``"mean"``), or ``None`` when this cannot run it (``dy`` of ``x``'s dtype)."""
+    if not cython.compiled or not _takes(x, label) or dy.dtype != x.dtype or reduction not in _REDUCE:
         return None
-    if not dy.flags.c_contiguous:  # (a mean's gradient is a broadcast view: one value per row)
-        dy = np.ascontiguousarray(dy)
+    if reduction == "none":
+        if dy.ndim != 1 or dy.shape[0] != x.shape[0]:
+            return None
+        if not dy.flags.c_contiguous:
+            dy = np.ascontiguousarray(dy)
+    elif dy.ndim != 0:
+        return None
+    step: cython.Py_ssize_t = 1 if reduction == "none" else 0
+    mean: cython.int = 1 if reduction == "mean" else 0
     out = np.empty_like(x)
     bo: Py_buffer  # noqa: F821
     bx: Py_buffer  # noqa: F821
@@ -134,22 +145,22 @@ def cross_entropy_backward(x, label, dy):
             bad = mge_ce_bwd_f_i32(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (loops.pxd)
                                    cython.cast(cython.p_float, bx.buf),
                                    cython.cast(cython.p_int, bl.buf),
-                                   cython.cast(cython.p_float, bd.buf), rows, cls)
+                                   cython.cast(cython.p_float, bd.buf), step, mean, rows, cls)
         elif single:
             bad = mge_ce_bwd_f_i64(cython.cast(cython.p_float, bo.buf),  # noqa: F821
                                    cython.cast(cython.p_float, bx.buf),
                                    cython.cast(cython.p_longlong, bl.buf),
-                                   cython.cast(cython.p_float, bd.buf), rows, cls)
+                                   cython.cast(cython.p_float, bd.buf), step, mean, rows, cls)
         elif not wide:
             bad = mge_ce_bwd_d_i32(cython.cast(cython.p_double, bo.buf),  # noqa: F821
                                    cython.cast(cython.p_double, bx.buf),
                                    cython.cast(cython.p_int, bl.buf),
-                                   cython.cast(cython.p_double, bd.buf), rows, cls)
+                                   cython.cast(cython.p_double, bd.buf), step, mean, rows, cls)
         else:
             bad = mge_ce_bwd_d_i64(cython.cast(cython.p_double, bo.buf),  # noqa: F821
                                    cython.cast(cython.p_double, bx.buf),
                                    cython.cast(cython.p_longlong, bl.buf),
-                                   cython.cast(cython.p_double, bd.buf), rows, cls)
+                                   cython.cast(cython.p_double, bd.buf), step, mean, rows, cls)
     PyBuffer_Release(cython.address(bd))
     _release3(cython.address(bo), cython.address(bx), cython.address(bl))
     return out if bad < 0 else None

@@ -12,6 +12,7 @@ from .... import _accel
 from ..table import def_kernel
 
 _LOOPS = _accel.load("mge._core.device.cpu.loops")  # C loops for the common (batch, classes) case
+_add_reduce = np.add.reduce
 
 
 def _shifted(op, x):
@@ -82,24 +83,44 @@ def _cross_entropy_parts(op, x, index):
 
 @def_kernel(SoftmaxCrossEntropy)
 def _cpu_softmax_cross_entropy(op, x, index):
-    if x.ndim == 2 and op.axis % 2 == 1:
-        nll = _LOOPS.cross_entropy(x, index)
-        if nll is not None:
-            return (nll,)
+    if x.ndim == 2 and op.axis % 2 == 1:  # (batch, classes): one C pass, reduced there too
+        loss = _LOOPS.cross_entropy(x, index, op.reduction)
+        if loss is not None:
+            return (loss,)
+    nll = _per_sample_cross_entropy(op, x, index)
+    if op.reduction == "none":
+        return (nll,)
+    total = _add_reduce(nll, axis=None, dtype=x.dtype)  # (pairwise, as Reduce's sum and mean)
+    if op.reduction == "mean":
+        total = total / x.dtype.type(nll.size) if nll.size else x.dtype.type(np.nan)
+    return (np.asarray(total, dtype=x.dtype),)
+
+
+def _per_sample_cross_entropy(op, x, index):
     z, lse, axis, idx = _cross_entropy_parts(op, x, index)
     if z.ndim == 2 and axis == 1:  # (batch, classes), the common case: one fancy index
         nll = lse[:, 0] - z[np.arange(z.shape[0]), index]
     else:
         nll = np.squeeze(lse - np.take_along_axis(z, idx, axis), axis)
-    return (nll.astype(x.dtype, copy=False),)
+    return nll.astype(x.dtype, copy=False)
+
+
+def _per_sample_dy(op, dy, index):
+    # a reduced loss's gradient, one value per sample: dy / count (mean) or dy (sum)
+    if op.reduction == "none":
+        return dy
+    if op.reduction == "mean" and index.size:
+        dy = dy / dy.dtype.type(index.size)
+    return np.broadcast_to(dy, index.shape)
 
 
 @def_kernel(SoftmaxCrossEntropyBackward)
 def _cpu_softmax_cross_entropy_backward(op, x, index, dy):
     if x.ndim == 2 and op.axis % 2 == 1:
-        dx = _LOOPS.cross_entropy_backward(x, index, dy)
+        dx = _LOOPS.cross_entropy_backward(x, index, dy, op.reduction)
         if dx is not None:
             return (dx,)
+    dy = _per_sample_dy(op, dy, index)
     z, lse, axis, idx = _cross_entropy_parts(op, x, index)
     p = np.exp(z - lse)  # softmax, in the accumulation dtype
     if p.ndim == 2 and axis == 1:
