@@ -20,9 +20,10 @@ def _source(module):
 
 
 def _flags(module):
-    # handoff's C loops and the traced programs' fused chains must round as numpy does: no fused
-    # multiply-add
-    if (module.endswith(".cpu.handoff") or module == "mge.jit.engine") and os.name != "nt":
+    # the C loops (handoff, loops) and the traced programs' fused chains must round as numpy does:
+    # no fused multiply-add
+    if (module.endswith((".cpu.handoff", ".cpu.loops")) or module == "mge.jit.engine") \
+            and os.name != "nt":
         return ["-ffp-contract=off"]
     return []
 

@@ -52,6 +52,31 @@ def test_bias_act_declines_what_it_does_not_take():
     assert not loops.bias_act(ro, x, b, False)
 
 
+@pytest.mark.parametrize("dtype", ["float32", "float64"])
+@pytest.mark.parametrize("shape", [(64, 512), (7, 3), (1, 5), (33, 2)])
+def test_colsum_sgd_gives_eagers_bits(dtype, shape):
+    # eager: the bias gradient np.add.reduce(g, axis=0), then param + (a * grad) in the dtype
+    g = _logits(*shape, dtype, seed=6)
+    param = _logits(1, shape[1], dtype, seed=7)[0]
+    a = -0.013
+    want = np.add(param, np.multiply(np.add.reduce(g, axis=0), a, dtype=np.dtype(dtype)))
+    out = np.empty_like(param)
+    done = loops.colsum_sgd(out, param, g, a)
+    assert done == COMPILED
+    if done:
+        np.testing.assert_array_equal(out.view(f"u{out.itemsize}"), want.view(f"u{want.itemsize}"))
+
+
+def test_colsum_sgd_declines_what_it_does_not_take():
+    g = _logits(4, 6, "float32")
+    p = np.zeros(6, "float32")
+    out = np.zeros(6, "float32")
+    assert not loops.colsum_sgd(out, p, g[:, :1].copy(), 0.1)          # one column
+    assert not loops.colsum_sgd(out, p, g.T.copy().T, 0.1)             # not C-contiguous
+    assert not loops.colsum_sgd(out, p.astype("float64"), g, 0.1)      # another dtype
+    assert not loops.colsum_sgd(out, np.zeros(5, "float32"), g, 0.1)   # another width
+
+
 def _nll64(x, label):
     x = x.astype(np.float64)
     m = x.max(1, keepdims=True)

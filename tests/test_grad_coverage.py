@@ -33,7 +33,8 @@ from mge.optimizer.sgd import SGDUpdate
 from test_grad_second_order import _case_modules
 
 # Ops with a kernel and no backward rule: none of their inputs ever needs a gradient.
-from mge.jit.program import BiasAct, MatrixMulPair, MatrixMulUpdate, TracedProgram  # noqa: E402
+from mge.jit.program import (BiasAct, BiasSGDUpdate, MatrixMulPair, MatrixMulUpdate,  # noqa: E402
+                             TracedProgram)
 from mge._core.ops.quantized import (  # noqa: E402
     BatchConvBias, ConvBias, ElemwiseMultiType, QuantizedConvolutionBackwardData,
     QuantizedElemwise, QuantizedMatrixMul, QuantizedTypeCvt,
@@ -52,8 +53,8 @@ NO_RULE = {
     CheckNonFinite,
     # A replaying trace's compiled program runs below the grad segment (the ops it replays were
     # recorded, backward included): no GradManager ever sees it.  Nor its paired products, nor
-    # its SGD steps folded into products, nor its fused bias additions.
-    TracedProgram, MatrixMulPair, MatrixMulUpdate, BiasAct,
+    # its SGD steps folded into products or sums, nor its fused bias additions.
+    TracedProgram, MatrixMulPair, MatrixMulUpdate, BiasAct, BiasSGDUpdate,
     # Image ops with no gradient in MegEngine: NMS takes detached boxes and answers indices; the
     # colour conversions work on images (uint8 mostly), outside any model's recorded graph.
     NMSKeep, CvtColor,

@@ -1325,8 +1325,11 @@ def test_sgd_updates_folded_into_products_train_as_eager(monkeypatch, symbolic, 
     from mge._core import _accel
     folds = fold and _accel.load("mge._core.device.cpu.handoff").CPU.has_blas
     calls = {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
-    # per replay: the two weights' updates are folded (alone or in a pair), the biases' are not
-    assert calls["SGDUpdate"] == (2 if folds else 4) * calls["SoftmaxCrossEntropy"]  # (one per run)
+    # per replay: the two weights' updates are folded (alone or in a pair) into their products,
+    # the two biases' into their gradients' sums (same bits: not FOLD_UPDATES's to switch)
+    runs = calls["SoftmaxCrossEntropy"]  # (one per run)
+    assert calls["BiasSGDUpdate"] == 2 * runs
+    assert calls.get("SGDUpdate", 0) == (0 if folds else 2) * runs
     assert ("MatrixMulUpdate" in calls or "MatrixMulPair" in calls) if folds else (
         "MatrixMulUpdate" not in calls)
 
@@ -1351,6 +1354,24 @@ def test_bias_and_relu_run_as_one_pass_with_eagers_bits(opt_level):
     else:
         assert "BiasAct" not in calls and calls["Elemwise.relu"] == 2 * runs
     assert program.BiasAct.get(True).relu is True
+
+
+@pytest.mark.parametrize("opt_level", [0, 1])
+def test_bias_updates_folded_into_their_sums_keep_eagers_bits(opt_level):
+    # a plain SGD step of a bias and the column sums of its gradient become one BiasSGDUpdate at
+    # opt_level >= 1 (at 1 no weight update is folded into a product: every bit is eager's)
+    batches = _sgd_batches(4)
+    eager_layers, eager_step = _mlp_sgd(lr=0.02)
+    traced_layers, step = _mlp_sgd(lr=0.02)
+    traced = trace(step, symbolic=True, profiling=True, opt_level=opt_level)
+    for x, y in batches:
+        np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
+    for a, b in zip(_weights(traced_layers), _weights(eager_layers)):
+        np.testing.assert_array_equal(a, b)
+    calls = {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
+    runs = calls["SoftmaxCrossEntropy"]
+    assert calls.get("BiasSGDUpdate", 0) == (2 * runs if opt_level else 0)
+    assert calls["SGDUpdate"] == (2 if opt_level else 4) * runs
 
 
 def test_folded_updates_leave_a_parameter_that_is_still_read_alone(monkeypatch):

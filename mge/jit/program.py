@@ -31,6 +31,9 @@ of a ``Recording`` (``compile_program``) does, in order:
 * **bias and relu in one pass** (``opt_level`` 1) -- ``add(x, b)`` of a (rows, cols) ``x`` and
   a (cols,) ``b``, and the ``relu`` that alone reads the sum, become one ``BiasAct``: a C loop
   over ``x``'s buffer (``CpuLoops.bias_act``) with the same bits as numpy's two calls;
+* **bias SGD steps folded into their gradients' sums** (``opt_level`` 1 and 2) -- a plain SGD
+  step of a (cols,) parameter whose gradient is the column sums of a (rows, cols) gradient, read
+  by nothing else, becomes one ``BiasSGDUpdate``: a C pass with eager's bits;
 * **pairs of matrix products** -- two large independent products (a backward pass's input
   gradient and weight gradient, two folded updates) run at the same time, one on a second
   native thread (``MatrixMulPair``, ``CpuKernels.gemm2``), when the BLAS runs a product on one
@@ -62,12 +65,13 @@ from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
 from .._core.ops.optimizer import SGDUpdate
+from .._core.ops.reduce import Reduce
 from .._core.ops.rng import reseeded as _reseeded
 from . import arith as _arith
 
 _run = _accel.load("mge.jit.engine")
 
-__all__ = ["TracedProgram", "BiasAct", "MatrixMulPair", "MatrixMulUpdate", "Programs",
+__all__ = ["TracedProgram", "BiasAct", "BiasSGDUpdate", "MatrixMulPair", "MatrixMulUpdate", "Programs",
            "compile_program"]
 
 
@@ -239,6 +243,29 @@ def _run_bias_act_inplace(op, arrays, k):
     return _bias_act_into(op, arrays[0], arrays[1], arrays[0]) if k == 0 else None
 
 
+class BiasSGDUpdate(OpDef):
+    """A program's plain SGD step of a bias folded into the column sums of its gradient's rows:
+    inputs ``(g, param)``, output ``param - lr * g.sum(axis=0)`` -- one C pass
+    (``CpuLoops.colsum_sgd``) with the bits of eager's sum and update, where there were two kernel
+    calls and a gradient in between."""
+
+    _fields = ("lr",)
+    long_running = False
+
+
+@def_infer(BiasSGDUpdate)
+def _infer_bias_sgd(op, descs):
+    return [descs[1]]
+
+
+@def_kernel(BiasSGDUpdate)
+def _run_bias_sgd(op, g, param):
+    out = np.empty_like(param)
+    if not _LOOPS.colsum_sgd(out, param, g, -op.lr):
+        _add_scaled(out, param, np.add.reduce(g, axis=0), -op.lr)  # eager's two kernels
+    return (out,)
+
+
 class MatrixMulPair(OpDef):
     """Two independent 2-D matrix products of a program, run at the same time: inputs
     ``(a1, b1, a2, b2)``, outputs ``(first(a1, b1), second(a2, b2))``; either may be a
@@ -261,6 +288,7 @@ def _infer_pair(op, descs):
 
 _CPU = _accel.load("mge._core.device.cpu.handoff").CPU
 _LOOPS = _accel.load("mge._core.device.cpu.loops")
+_add_scaled = _accel.load("mge._core.device.cpu.handoff").add_scaled
 
 
 def _gemm_args(op, arrays):
@@ -565,6 +593,45 @@ def _fold_updates(ops, keep, descs, wanted, opt_level):
     return [k for k in keep if k not in dropped]
 
 
+def _fold_bias_updates(ops, keep, descs, wanted, opt_level):
+    """A plain SGD step of a 1-D parameter whose gradient is the column sums of a (rows, cols)
+    float gradient -- a bias of a layer -- that nothing else reads becomes one ``BiasSGDUpdate``
+    at the step's place, and the sum is dropped (the same bits: ``opt_level`` 1 and 2).  Returns
+    ``keep`` without the sums (``ops`` is rewritten in place)."""
+    if opt_level < 1:
+        return keep
+    producer, reads = {}, {}
+    for k in keep:
+        op, ins, outs = ops[k]
+        for v in outs:
+            producer[v] = k
+        for v in ins:
+            reads[v] = reads.get(v, 0) + 1
+    wanted = set(wanted)
+    dropped = set()
+    for k in keep:
+        op, ins, outs = ops[k]
+        if (type(op) is not SGDUpdate or op.momentum != 0.0 or op.weight_decay != 0.0
+                or len(ins) != 2 or len(outs) != 1):
+            continue
+        p, gb = ins
+        kr = producer.get(gb)
+        if kr is None or p in producer or p == gb or gb in wanted or reads.get(gb) != 1:
+            continue
+        red, r_ins, _ = ops[kr]
+        if type(red) is not Reduce or red.mode != "sum" or red.keepdims or len(r_ins) != 1 \
+                or tuple(red.axis if isinstance(red.axis, tuple) else (red.axis,)) != (0,):
+            continue
+        (sg, dg, devg), (sp, dp, _) = descs[r_ins[0]][:3], descs[p][:3]
+        if (sg is None or sp is None or len(sg) != 2 or sg[0] < 1 or sg[1] < 2
+                or tuple(sp) != (sg[1],) or dg != dp or dg.kind != "f" or dg.itemsize not in (4, 8)
+                or not _on_cpu(devg)):
+            continue
+        ops[k] = (BiasSGDUpdate.get(float(op.lr)), (r_ins[0], p), outs)
+        dropped.add(kr)
+    return [k for k in keep if k not in dropped]
+
+
 def _fuse_bias_act(ops, keep, descs, wanted, opt_level):
     """``add(x, b)`` of a (rows, cols) float ``x`` and a (cols,) ``b`` of its dtype -- a layer's
     bias -- becomes a ``BiasAct``, and a ``relu`` that is the sole reader of the sum joins it.
@@ -744,6 +811,7 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
         wanted = tuple([_resolve(alias, v) for v in out_vars])
     keep = _fold_updates(ops, keep, descs, wanted, opt_level)
     keep = _fuse_bias_act(ops, keep, descs, wanted, opt_level)
+    keep = _fold_bias_updates(ops, keep, descs, wanted, opt_level)
     produced = set()
     for k in keep:
         produced.update(ops[k][2])

@@ -70,6 +70,22 @@ cdef extern from *:
     }
     MGE_BIAS_ACT(mge_bias_act_f, float)
     MGE_BIAS_ACT(mge_bias_act_d, double)
+    /* A plain SGD step of a bias from its gradient's rows: acc = the column sums of g (row
+       by row, in T: numpy's add.reduce over axis 0 of a C-contiguous g with two or more
+       columns adds the rows in this order), then out[j] = p[j] + a * acc[j] (two roundings,
+       as numpy's p + (a * acc)). */
+    #define MGE_COLSUM_SGD(NAME, T)                                                           \
+    static void NAME(T *out, const T *p, const T *g, T *acc, Py_ssize_t rows,               \
+                     Py_ssize_t cols, T a) {                                                 \
+        for (Py_ssize_t j = 0; j < cols; j++) acc[j] = g[j];                                 \
+        for (Py_ssize_t i = 1; i < rows; i++) {                                              \
+            const T *r = g + i * cols;                                                       \
+            for (Py_ssize_t j = 0; j < cols; j++) acc[j] += r[j];                            \
+        }                                                                                    \
+        for (Py_ssize_t j = 0; j < cols; j++) { T d = a * acc[j]; out[j] = p[j] + d; }       \
+    }
+    MGE_COLSUM_SGD(mge_colsum_sgd_f, float)
+    MGE_COLSUM_SGD(mge_colsum_sgd_d, double)
     MGE_CE_FWD(mge_ce_fwd_f_i32, float, int32_t, expf, logf)
     MGE_CE_FWD(mge_ce_fwd_f_i64, float, int64_t, expf, logf)
     MGE_CE_FWD(mge_ce_fwd_d_i32, double, int32_t, exp, log)
@@ -79,6 +95,10 @@ cdef extern from *:
     MGE_CE_BWD(mge_ce_bwd_d_i32, double, int32_t, exp)
     MGE_CE_BWD(mge_ce_bwd_d_i64, double, int64_t, exp)
     """
+    void mge_colsum_sgd_f(float *, const float *, const float *, float *, Py_ssize_t, Py_ssize_t,
+                          float) nogil
+    void mge_colsum_sgd_d(double *, const double *, const double *, double *, Py_ssize_t,
+                          Py_ssize_t, double) nogil
     void mge_bias_act_f(float *, const float *, const float *, Py_ssize_t, Py_ssize_t, int) nogil
     void mge_bias_act_d(double *, const double *, const double *, Py_ssize_t, Py_ssize_t,
                         int) nogil

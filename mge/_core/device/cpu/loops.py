@@ -22,7 +22,7 @@ if cython.compiled:
     from cython.cimports.cpython.buffer import (PyBUF_RECORDS, PyBUF_RECORDS_RO,
                                                 PyBuffer_Release, PyObject_GetBuffer)
 
-__all__ = ["bias_act", "cross_entropy", "cross_entropy_backward"]
+__all__ = ["bias_act", "colsum_sgd", "cross_entropy", "cross_entropy_backward"]
 
 _F32, _F64 = np.dtype(np.float32), np.dtype(np.float64)
 _I32, _I64 = np.dtype(np.int32), np.dtype(np.int64)
@@ -65,6 +65,52 @@ def bias_act(out, x, b, relu):
                            cython.cast(cython.p_double, bx.buf),
                            cython.cast(cython.p_double, bb.buf), rows, cols, act)
     _release3(cython.address(bo), cython.address(bx), cython.address(bb))
+    return True
+
+
+def colsum_sgd(out, param, g, a):
+    """``out = param + a * g.sum(axis=0)`` for a C-contiguous (rows, cols) float32/float64 ``g``
+    with rows >= 1 and cols >= 2 and contiguous (cols,) ``param`` and ``out`` of its dtype: a
+    bias's SGD step from its gradient's rows, with the bits of numpy's ``add.reduce`` and
+    ``param + (a * sum)`` (``a`` rounded to the dtype).  False when this cannot run it."""
+    if not cython.compiled:
+        return False
+    dtype = g.dtype
+    if (g.ndim != 2 or g.shape[0] < 1 or g.shape[1] < 2 or param.shape != (g.shape[1],)
+            or out.shape != param.shape or (dtype != _F32 and dtype != _F64)
+            or param.dtype != dtype or out.dtype != dtype or not out.flags.writeable
+            or not (g.flags.c_contiguous and param.flags.c_contiguous
+                    and out.flags.c_contiguous)):
+        return False
+    acc = np.empty_like(param)
+    bo: Py_buffer  # noqa: F821
+    bp: Py_buffer  # noqa: F821
+    bg: Py_buffer  # noqa: F821
+    ba: Py_buffer  # noqa: F821
+    _get3(out, param, g, cython.address(bo), cython.address(bp), cython.address(bg))
+    try:
+        PyObject_GetBuffer(acc, cython.address(ba), PyBUF_RECORDS)
+    except BaseException:
+        _release3(cython.address(bo), cython.address(bp), cython.address(bg))
+        raise
+    rows: cython.Py_ssize_t = g.shape[0]
+    cols: cython.Py_ssize_t = g.shape[1]
+    single: cython.bint = dtype == _F32
+    ad: cython.double = a
+    af: cython.float = ad  # (a rounded to float32, as numpy's float32 update rounds it)
+    with cython.nogil:
+        if single:
+            mge_colsum_sgd_f(cython.cast(cython.p_float, bo.buf),  # noqa: F821 (loops.pxd)
+                             cython.cast(cython.p_float, bp.buf),
+                             cython.cast(cython.p_float, bg.buf),
+                             cython.cast(cython.p_float, ba.buf), rows, cols, af)
+        else:
+            mge_colsum_sgd_d(cython.cast(cython.p_double, bo.buf),  # noqa: F821
+                             cython.cast(cython.p_double, bp.buf),
+                             cython.cast(cython.p_double, bg.buf),
+                             cython.cast(cython.p_double, ba.buf), rows, cols, ad)
+    PyBuffer_Release(cython.address(ba))
+    _release3(cython.address(bo), cython.address(bp), cython.address(bg))
     return True
 
 
