@@ -596,8 +596,9 @@ def _fold_updates(ops, keep, descs, wanted, opt_level):
 def _fold_bias_updates(ops, keep, descs, wanted, opt_level):
     """A plain SGD step of a 1-D parameter whose gradient is the column sums of a (rows, cols)
     float gradient -- a bias of a layer -- that nothing else reads becomes one ``BiasSGDUpdate``
-    at the step's place, and the sum is dropped (the same bits: ``opt_level`` 1 and 2).  Returns
-    ``keep`` without the sums (``ops`` is rewritten in place)."""
+    at the sum's place (the step's when something in between reads the parameter): the same
+    bits, ``opt_level`` 1 and 2.  Returns ``keep`` without the dropped ops (``ops`` is
+    rewritten in place)."""
     if opt_level < 1:
         return keep
     producer, reads = {}, {}
@@ -627,8 +628,17 @@ def _fold_bias_updates(ops, keep, descs, wanted, opt_level):
                 or tuple(sp) != (sg[1],) or dg != dp or dg.kind != "f" or dg.itemsize not in (4, 8)
                 or not _on_cpu(devg)):
             continue
-        ops[k] = (BiasSGDUpdate.get(float(op.lr)), (r_ins[0], p), outs)
-        dropped.add(kr)
+        fused = (BiasSGDUpdate.get(float(op.lr)), (r_ins[0], p), outs)
+        pos = {kk: i for i, kk in enumerate(keep)}
+        between = keep[pos[kr] + 1:pos[k]]
+        if any(p in ops[kk][1] for kk in between):
+            ops[k] = fused  # (the parameter is read in between: the step stays where it was)
+            dropped.add(kr)
+        else:
+            # at the sum's place: the gradient's rows are read there, not kept for the step (and
+            # the weights' updates after it stay next to each other, for a pair)
+            ops[kr] = fused
+            dropped.add(k)
     return [k for k in keep if k not in dropped]
 
 
