@@ -1334,20 +1334,25 @@ def test_sgd_updates_folded_into_products_train_as_eager(monkeypatch, symbolic, 
         "MatrixMulUpdate" not in calls)
 
 
+def _trains_with_eagers_bits(opt_level, **sgd):
+    """Four traced and eager steps of ``_mlp_sgd(**sgd)``: the same losses and weights, bit for
+    bit; returns the traced program's kernel calls by op name (``profiling=True``)."""
+    eager_layers, eager_step = _mlp_sgd(**sgd)
+    traced_layers, step = _mlp_sgd(**sgd)
+    traced = trace(step, symbolic=True, profiling=True, opt_level=opt_level)
+    for x, y in _sgd_batches(4):
+        np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
+    for a, b in zip(_weights(traced_layers), _weights(eager_layers)):
+        np.testing.assert_array_equal(a, b)
+    return {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
+
+
 @pytest.mark.parametrize("opt_level", [0, 2])
 def test_bias_and_relu_run_as_one_pass_with_eagers_bits(opt_level):
     # the layers' add(x @ W.T, b) and the relu that reads it become one BiasAct at opt_level >= 1
     # (the last layer's relu too: each is the sum's only reader); the training gives eager's bits
     from mge.jit import program
-    batches = _sgd_batches(4)
-    eager_layers, eager_step = _mlp_sgd(lr=0.01, momentum=0.9)
-    traced_layers, step = _mlp_sgd(lr=0.01, momentum=0.9)
-    traced = trace(step, symbolic=True, profiling=True, opt_level=opt_level)
-    for x, y in batches:
-        np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
-    for a, b in zip(_weights(traced_layers), _weights(eager_layers)):
-        np.testing.assert_array_equal(a, b)
-    calls = {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
+    calls = _trains_with_eagers_bits(opt_level, lr=0.01, momentum=0.9)
     runs = calls["SoftmaxCrossEntropy"]
     if opt_level:
         assert calls["BiasAct"] == 2 * runs and "Elemwise.relu" not in calls
@@ -1360,15 +1365,7 @@ def test_bias_and_relu_run_as_one_pass_with_eagers_bits(opt_level):
 def test_bias_updates_folded_into_their_sums_keep_eagers_bits(opt_level):
     # a plain SGD step of a bias and the column sums of its gradient become one BiasSGDUpdate at
     # opt_level >= 1 (at 1 no weight update is folded into a product: every bit is eager's)
-    batches = _sgd_batches(4)
-    eager_layers, eager_step = _mlp_sgd(lr=0.02)
-    traced_layers, step = _mlp_sgd(lr=0.02)
-    traced = trace(step, symbolic=True, profiling=True, opt_level=opt_level)
-    for x, y in batches:
-        np.testing.assert_array_equal(traced(x, y).numpy(), eager_step(x, y).numpy())
-    for a, b in zip(_weights(traced_layers), _weights(eager_layers)):
-        np.testing.assert_array_equal(a, b)
-    calls = {e["op"]: e["calls"] for e in traced.get_profile()["profiler"]["ops"]}
+    calls = _trains_with_eagers_bits(opt_level, lr=0.02)
     runs = calls["SoftmaxCrossEntropy"]
     assert calls.get("BiasSGDUpdate", 0) == (2 * runs if opt_level else 0)
     assert calls["SGDUpdate"] == (2 if opt_level else 4) * runs

@@ -552,15 +552,10 @@ def _updates_fold():
     return _CPU.has_blas
 
 
-def _fold_updates(ops, keep, descs, wanted, opt_level):
-    """Plain SGD steps (``SGDUpdate`` without momentum or weight decay) of a parameter the
-    program receives, whose gradient is a large 2-D product that nothing else reads: the two
-    become one ``MatrixMulUpdate`` at the step's place, and the product is dropped.  Returns
-    ``keep`` without the products (``ops`` is rewritten in place)."""
-    if opt_level < 2 or not _updates_fold():
-        return keep
-    producer, last_read = {}, {}
-    reads = {}
+def _dataflow(ops, keep):
+    """``(producer, last_read, reads)`` of the kept ops: per var, the op that makes it, the last
+    op that reads it, and how many reads it has."""
+    producer, last_read, reads = {}, {}, {}
     for k in keep:
         op, ins, outs = ops[k]
         for v in outs:
@@ -568,12 +563,28 @@ def _fold_updates(ops, keep, descs, wanted, opt_level):
         for v in ins:
             last_read[v] = k
             reads[v] = reads.get(v, 0) + 1
+    return producer, last_read, reads
+
+
+def _plain_sgd(op, ins, outs):
+    # an SGD step with neither momentum nor weight decay: param - lr * grad, the foldable kind
+    return (type(op) is SGDUpdate and op.momentum == 0.0 and op.weight_decay == 0.0
+            and len(ins) == 2 and len(outs) == 1)
+
+
+def _fold_updates(ops, keep, descs, wanted, opt_level):
+    """Plain SGD steps (``SGDUpdate`` without momentum or weight decay) of a parameter the
+    program receives, whose gradient is a large 2-D product that nothing else reads: the two
+    become one ``MatrixMulUpdate`` at the step's place, and the product is dropped.  Returns
+    ``keep`` without the products (``ops`` is rewritten in place)."""
+    if opt_level < 2 or not _updates_fold():
+        return keep
+    producer, last_read, reads = _dataflow(ops, keep)
     wanted = set(wanted)
     dropped = set()
     for k in keep:
         op, ins, outs = ops[k]
-        if (type(op) is not SGDUpdate or op.momentum != 0.0 or op.weight_decay != 0.0
-                or len(ins) != 2 or len(outs) != 1):
+        if not _plain_sgd(op, ins, outs):
             continue
         p, g = ins
         kg = producer.get(g)
@@ -601,19 +612,12 @@ def _fold_bias_updates(ops, keep, descs, wanted, opt_level):
     rewritten in place)."""
     if opt_level < 1:
         return keep
-    producer, reads = {}, {}
-    for k in keep:
-        op, ins, outs = ops[k]
-        for v in outs:
-            producer[v] = k
-        for v in ins:
-            reads[v] = reads.get(v, 0) + 1
+    producer, _, reads = _dataflow(ops, keep)
     wanted = set(wanted)
     dropped = set()
     for k in keep:
         op, ins, outs = ops[k]
-        if (type(op) is not SGDUpdate or op.momentum != 0.0 or op.weight_decay != 0.0
-                or len(ins) != 2 or len(outs) != 1):
+        if not _plain_sgd(op, ins, outs):
             continue
         p, gb = ins
         kr = producer.get(gb)

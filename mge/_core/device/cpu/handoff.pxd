@@ -128,3 +128,7 @@ cdef extern from *:
     void mge_relu_grad_d(double *out, const double *x, const double *dy, Py_ssize_t n) nogil
 cdef tuple _layout(Py_buffer *v, bint trans, Py_ssize_t item)
 cdef bint _overlaps(vc_of, Py_buffer *va) except? -1
+# the buffers of a kernel's output (writable) and two inputs, all or none; and their release
+# (loops.py cimports them too)
+cdef int _acquire3(out, a, b, Py_buffer *vo, Py_buffer *va, Py_buffer *vb) except? -1
+cdef void _release3(Py_buffer *vo, Py_buffer *va, Py_buffer *vb) noexcept

@@ -703,7 +703,7 @@ def _add_scaled_d(out: cython.p_double, y: cython.p_double, x: cython.p_double, 
             out[i] = y[i] + a * x[i]
 
 
-@cython.cfunc
+@cython.cfunc  # (declared in handoff.pxd: loops.py cimports it)
 @cython.exceptval(-1)
 def _acquire3(out, a, b, vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
               vb: cython.pointer(Py_buffer)) -> cython.int:  # noqa: F821
@@ -723,7 +723,7 @@ def _acquire3(out, a, b, vo: cython.pointer(Py_buffer), va: cython.pointer(Py_bu
     return 0
 
 
-@cython.cfunc
+@cython.cfunc  # (declared in handoff.pxd)
 @cython.exceptval(check=False)
 def _release3(vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
               vb: cython.pointer(Py_buffer)) -> cython.void:  # noqa: F821

@@ -19,8 +19,10 @@ from ... import _accel
 
 _accel.guard(__name__)
 if cython.compiled:
-    from cython.cimports.cpython.buffer import (PyBUF_RECORDS, PyBUF_RECORDS_RO,
-                                                PyBuffer_Release, PyObject_GetBuffer)
+    from cython.cimports.cpython.buffer import PyBUF_RECORDS, PyBUF_RECORDS_RO, PyBuffer_Release
+    from cython.cimports.cpython.buffer import PyObject_GetBuffer
+    # (the buffer helpers of handoff.py's C loops)
+    from cython.cimports.mge._core.device.cpu.handoff_c import _acquire3, _release3
 
 __all__ = ["bias_act", "colsum_sgd", "cross_entropy", "cross_entropy_backward"]
 
@@ -50,7 +52,7 @@ def bias_act(out, x, b, relu):
     bo: Py_buffer  # noqa: F821
     bx: Py_buffer  # noqa: F821
     bb: Py_buffer  # noqa: F821
-    _get3(out, x, b, cython.address(bo), cython.address(bx), cython.address(bb))
+    _acquire3(out, x, b, cython.address(bo), cython.address(bx), cython.address(bb))
     rows: cython.Py_ssize_t = x.shape[0]
     cols: cython.Py_ssize_t = x.shape[1]
     act: cython.int = 1 if relu else 0
@@ -87,7 +89,7 @@ def colsum_sgd(out, param, g, a):
     bp: Py_buffer  # noqa: F821
     bg: Py_buffer  # noqa: F821
     ba: Py_buffer  # noqa: F821
-    _get3(out, param, g, cython.address(bo), cython.address(bp), cython.address(bg))
+    _acquire3(out, param, g, cython.address(bo), cython.address(bp), cython.address(bg))
     try:
         PyObject_GetBuffer(acc, cython.address(ba), PyBUF_RECORDS)
     except BaseException:
@@ -128,7 +130,7 @@ def cross_entropy(x, label, reduction="none"):
     bo: Py_buffer  # noqa: F821
     bx: Py_buffer  # noqa: F821
     bl: Py_buffer  # noqa: F821
-    _get3(out, x, label, cython.address(bo), cython.address(bx), cython.address(bl))
+    _acquire3(out, x, label, cython.address(bo), cython.address(bx), cython.address(bl))
     rows: cython.Py_ssize_t = x.shape[0]
     cls: cython.Py_ssize_t = x.shape[1]
     single: cython.bint = x.dtype == _F32
@@ -175,7 +177,7 @@ def cross_entropy_backward(x, label, dy, reduction="none"):
     bx: Py_buffer  # noqa: F821
     bl: Py_buffer  # noqa: F821
     bd: Py_buffer  # noqa: F821
-    _get3(out, x, label, cython.address(bo), cython.address(bx), cython.address(bl))
+    _acquire3(out, x, label, cython.address(bo), cython.address(bx), cython.address(bl))
     try:
         PyObject_GetBuffer(dy, cython.address(bd), PyBUF_RECORDS_RO)
     except BaseException:
@@ -210,32 +212,3 @@ def cross_entropy_backward(x, label, dy, reduction="none"):
     PyBuffer_Release(cython.address(bd))
     _release3(cython.address(bo), cython.address(bx), cython.address(bl))
     return out if bad < 0 else None
-
-
-@cython.cfunc
-@cython.exceptval(-1)
-def _get3(out, a, b, vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
-          vb: cython.pointer(Py_buffer)) -> cython.int:  # noqa: F821
-    # the buffers of ``out`` (writable) and of two inputs: all of them, or an exception and none
-    PyObject_GetBuffer(out, vo, PyBUF_RECORDS)
-    try:
-        PyObject_GetBuffer(a, va, PyBUF_RECORDS_RO)
-    except BaseException:
-        PyBuffer_Release(vo)
-        raise
-    try:
-        PyObject_GetBuffer(b, vb, PyBUF_RECORDS_RO)
-    except BaseException:
-        PyBuffer_Release(va)
-        PyBuffer_Release(vo)
-        raise
-    return 0
-
-
-@cython.cfunc
-@cython.exceptval(check=False)
-def _release3(vo: cython.pointer(Py_buffer), va: cython.pointer(Py_buffer),  # noqa: F821
-              vb: cython.pointer(Py_buffer)) -> cython.void:  # noqa: F821
-    PyBuffer_Release(vb)
-    PyBuffer_Release(va)
-    PyBuffer_Release(vo)
