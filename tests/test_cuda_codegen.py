@@ -24,7 +24,6 @@ import ctypes
 import itertools
 import os
 import re
-import shutil
 import subprocess
 import sys
 import warnings
@@ -34,7 +33,7 @@ import numpy as np
 import pytest
 
 from mge._core.device.cpu import KERNELS
-from mge._core.device.cuda import nvrtc
+from mge._core.device.cuda import hostbuild, nvrtc
 from mge._core.device.cuda.kernels import elemwise as ek
 from mge._core.ops.elemwise import ELEMWISE_ARITY, ELEMWISE_MODES, Elemwise, TypeCvt, elemwise_op
 
@@ -239,12 +238,6 @@ def test_ptxas_assembles_every_mode_for_sm90(assembled):
 
 # -- host builds: the same sources under g++ ------------------------------------------------------
 
-def _have_float16(gxx):
-    macros = subprocess.run([gxx, "-dM", "-E", "-x", "c++", "-"], input="", capture_output=True,
-                            text=True).stdout
-    return "__FLT16_MAX__" in macros
-
-
 # Mixed signatures whose results are checked (the rest of the mixed ones only compile): an int
 # widened (int8, uint8 -> int16), an int meeting a float (int32, float32 -> float64: MOD takes
 # numpy's remainder there), float16 meeting uint8.
@@ -293,14 +286,13 @@ _GENERAL_CASES = [("add", (F32, F32)), ("clip", (F32, F32, F32)), ("neg", (I32,)
 class Host:
     """The host build of the generated kernels: ``call(kernel, out, *ins)`` runs one."""
 
-    def __init__(self, path, float16):
-        self.lib = ctypes.CDLL(path)
-        self.float16 = float16
+    def __init__(self, lib):
+        self.lib = lib.lib
+        self.float16 = lib.float16
+        self._library = lib
 
     def function(self, kernel, argtypes):
-        fn = getattr(self.lib, kernel.name)
-        fn.argtypes, fn.restype = argtypes, None
-        return fn
+        return self._library.function(kernel.name, argtypes)
 
     def call(self, kernel, out, *ins):
         """The contiguous ``kernel`` over C-contiguous arrays of one shape."""
@@ -351,28 +343,16 @@ def _host_kernels(float16):
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    """One g++ build of every kernel the semantics tests run (-O0 builds fastest; IEEE
-    arithmetic is the same at any level, and contraction into FMA is off, as in the kernels)."""
-    gxx = shutil.which("g++")
-    if gxx is None:
-        _missing("g++ is needed to run the generated kernels on the host")
-    float16 = _have_float16(gxx)
-    tmp = tmp_path_factory.mktemp("cuda_host")
-    kernels = _host_kernels(float16)
-    objects, procs = [], []
-    for k in range(WORKERS):  # one translation unit per core, compiled side by side
-        src, obj = tmp / f"kernels{k}.cpp", tmp / f"kernels{k}.o"
-        src.write_text(ek.program(kernels[k::WORKERS]) + (_OFFSETS_HELPER if k == 0 else ""))
-        procs.append(subprocess.Popen([gxx, "-O0", "-ffp-contract=off", "-std=c++17", "-fPIC",
-                                       "-c", "-x", "c++", str(src), "-o", str(obj)],
-                                      stderr=subprocess.PIPE, text=True))
-        objects.append(str(obj))
-    for proc in procs:
-        _, err = proc.communicate()
-        assert proc.returncode == 0, err[-5000:]
-    lib = tmp / "kernels.so"
-    subprocess.run([gxx, "-shared", *objects, "-o", str(lib)], check=True)
-    return Host(str(lib), float16)
+    """One host build (``cuda/hostbuild.py``) of every kernel the semantics tests run, one
+    translation unit per core."""
+    why = hostbuild.why_unavailable()
+    if why:
+        _missing(why)
+    kernels = _host_kernels(hostbuild.have_float16())
+    units = [ek.program(kernels[k::WORKERS]) + (_OFFSETS_HELPER if k == 0 else "")
+             for k in range(WORKERS)]
+    lib = hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_host")), jobs=WORKERS)
+    return Host(lib)
 
 
 # -- semantics: inputs ----------------------------------------------------------------------------
