@@ -1,0 +1,851 @@
+"""CUDA C for ``BatchNorm``, ``BatchNormBackward``, ``LayerNorm`` and ``LayerNormBackward``, and
+the launch plans the CUDA device follows to run them.
+
+Like ``elemwise.py`` this only makes text (and plans); NVRTC compiles it, and the same text
+builds as host C++ under g++ for the tests.  Each algorithm is written once as a C++ template
+over its storage types and the type it computes in (float for float16 and float32 data, double
+for float64, as the CPU kernels do); a kernel is an ``extern "C"`` entry per dtype signature that
+instantiates it (``mge_bn_stats_f32_f32``...).  The dtypes are float16, float32 and float64, each
+input with its own (the CPU kernels convert every parameter to the computing type).
+
+**Thread decomposition.**  ``x`` of ``BatchNorm`` is seen as ``(N, C, S)`` (``S`` the spatial
+size); each channel reduces ``m = N * S`` elements.  A numerically sound two-level reduction:
+
+1. ``*_partial``: the channel's ``m`` elements are cut into ``P`` chunks; a block per (channel,
+   chunk) -- ``C * P`` blocks of ``NTHREADS`` threads -- walks its chunk with consecutive
+   threads on consecutive elements (coalesced along ``S``), each thread keeping a Welford
+   (count, mean, M2) triple (forward) or plain sums (backward); a shared-memory tree (Chan et
+   al.'s pairwise combination) gives the block's result, written to the workspace;
+2. ``*_final``: a block per channel combines its ``P`` partials the same way and writes the
+   statistics (outputs and, in the computing type, the workspace);
+3. ``*_apply``: a grid-stride elementwise pass writes ``y`` (or ``dx``) from the workspace.
+
+No atomics: the result is the same at every launch.  ``P`` grows with ``m`` until about
+``TARGET_BLOCKS`` blocks are in flight (``_chunks``).
+
+``LayerNorm`` normalises rows: ``x`` is ``(O, M, I)`` (the axes before, in and after
+``[axis_start, axis_end)``) and each of the ``R = O * I`` rows reduces ``M`` elements: a block
+per row (grid-stride over rows) does Welford + tree and then writes the row's ``y`` in the same
+kernel.  ``LayerNormBackward``: a block per row for ``dx`` (two sums per row); with ``affine``,
+``dweight``/``dbias`` are column sums over the ``R`` rows: ``ln_bwd_cols_partial`` gives each
+thread one column (consecutive threads, consecutive columns: coalesced when ``I == 1``) and a
+chunk of rows, ``ln_bwd_cols_final`` adds a column's chunks in order.
+
+**The host build's emulation.**  A kernel never keeps a thread's local variables across a
+barrier: every value that crosses one is in shared memory.  So a block is a sequence of
+*phases* between barriers, each written as ``MGE_FOR_THREADS(t) { ... }``: on the GPU that is
+the thread's own ``t = threadIdx.x`` (a loop of one iteration), on the host a serial loop over
+``t`` in ``[0, blockDim)``; ``MGE_SYNC`` is ``__syncthreads()`` on the GPU and nothing on the
+host, where the phase before it has already run for every thread.  ``MGE_BLOCK_LOOP(r, n)``
+walks ``r = blockIdx.x, + gridDim.x, ...`` (on the host: every emulated block in turn) and
+``MGE_GRID_LOOP(i, n)`` is the grid-stride loop over emulated blocks and threads.  The host
+kernels read their launch shape from ``mge_host_grid``/``mge_host_block``, set by the exported
+``mge_host_set_launch(grid, block)`` before each call, so the plans' very grids and blocks run
+on the host.  ``__shared__`` arrays are ``static`` on the host (one emulated block at a time).
+
+**Launch plans.**  ``batch_norm_plan``, ``batch_norm_backward_plan``, ``layer_norm_plan`` and
+``layer_norm_backward_plan`` return a ``LaunchPlan``: ``Launch``es in stream order, each a kernel,
+a 1-D grid and block and its arguments (``Buffer("in", k)``, ``Buffer("out", k)``,
+``Buffer("ws", byte offset)`` or numpy scalars of the exact C parameter type), and the workspace
+size in bytes.  ``rng.py`` and ``optimizer.py`` use the same classes and prelude.
+
+``BatchNorm`` itself updates no running statistics: the op outputs the batch mean and biased
+variance, and ``mge.module.BatchNorm`` folds them into its running buffers with ordinary ops,
+exactly as on the CPU device.  Where results may differ from the CPU device: ``DIFFERENCES``.
+"""
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....ops.base import INFER, TensorDesc
+from ....ops.nn_norm import (
+    BatchNorm, BatchNormBackward, LayerNorm, LayerNormBackward, layer_norm_range,
+)
+from .elemwise import _PRELUDE, KernelSource
+
+__all__ = ["Buffer", "Launch", "LaunchPlan", "FLOAT_DTYPES", "NTHREADS", "TARGET_BLOCKS",
+           "NVRTC_OPTIONS", "DIFFERENCES", "batch_norm_kernels", "batch_norm_backward_kernels",
+           "layer_norm_kernels", "layer_norm_backward_kernels", "batch_norm_plan",
+           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan"]
+
+#: Threads of a reducing block (a power of two; the shared arrays hold this many).
+NTHREADS = 256
+#: About how many blocks a reduction aims to have in flight (an H100/H200 has 132 SMs).
+TARGET_BLOCKS = 1024
+#: The most blocks of a grid-stride elementwise pass.
+MAX_GRID = 65536
+#: NVRTC flags: no contraction into fused multiply-adds, so elementwise formulas round as the
+#: CPU device's do (elemwise.py's flags).
+NVRTC_OPTIONS = ("--fmad=false",)
+
+DIFFERENCES = """\
+* Training BatchNorm and LayerNorm compute the mean and variance with Welford's algorithm in
+  the computing type (float for float16/float32, double for float64), combined pairwise over a
+  tree of threads and chunks; numpy sums pairwise in a different order and takes the variance
+  in a second pass.  The statistics (and so y) agree to a few ulp of the computing type times
+  log2 of the reduced size, not bit for bit.  BatchNormBackward's and LayerNormBackward's sums
+  (dbias, dweight, and the row means of dx) likewise.
+* Inference BatchNorm and every elementwise step after the statistics follow the CPU kernel's
+  order of operations (no fused multiply-add), so given the same statistics they give the same
+  bits.
+* An empty reduction gives NaN statistics, as numpy's mean of nothing does (without a warning).
+"""
+
+_F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
+#: The dtypes these kernels take.
+FLOAT_DTYPES = (_F16, _F32, _F64)
+_CODE = {_F16: "f16", _F32: "f32", _F64: "f64"}
+_STORAGE = {_F16: "unsigned short", _F32: "float", _F64: "double"}
+
+
+def _acc(d):
+    """The computing dtype of data of dtype ``d``: float32 for float16, as the CPU kernels."""
+    return _F32 if d == _F16 else d
+
+
+def _ctype(d):
+    return "float" if d in (_F16, _F32) else "double"
+
+
+# -- launch plans ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Buffer:
+    """A pointer argument of a launch: ``role`` ``"in"`` or ``"out"`` with ``index`` the op's
+    input or output number, or ``"ws"`` with ``index`` a byte offset into the plan's workspace."""
+
+    role: str
+    index: int
+
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: ``kernel`` (a ``KernelSource``) on a 1-D ``grid`` of ``block``
+    threads, with ``args`` in the kernel's parameter order (``Buffer``s and numpy scalars whose
+    dtype is the parameter's C type: ``int64`` for ``long long``, ``uint64``, ``float64``,
+    ``float32``, ``int32``), and no dynamic shared memory."""
+
+    kernel: KernelSource
+    grid: int
+    block: int
+    args: tuple
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """What the CUDA device runs for one op: ``launches`` in stream order and ``workspace``, the
+    bytes of scratch memory they share (8-byte aligned offsets; 0: none)."""
+
+    launches: tuple
+    workspace: int = 0
+
+    @property
+    def kernels(self):
+        """The distinct kernels of the plan, in launch order."""
+        return tuple(dict.fromkeys(launch.kernel for launch in self.launches))
+
+
+class _Workspace:
+    """Lays out workspace arrays at 8-byte aligned offsets."""
+
+    def __init__(self):
+        self.size = 0
+
+    def take(self, count, itemsize):
+        offset = self.size
+        self.size += -(-count * itemsize // 8) * 8
+        return Buffer("ws", offset)
+
+
+def _i64(v):
+    return np.int64(v)
+
+
+def _f64(v):
+    return np.float64(v)
+
+
+def _grid_for(n, block):
+    return max(1, min(MAX_GRID, -(-n // block)))
+
+
+def _pow2_block(n, lo=32, hi=NTHREADS):
+    """The smallest power of two >= ``n`` within ``[lo, hi]``: a reducing block's threads."""
+    b = lo
+    while b < n and b < hi:
+        b *= 2
+    return b
+
+
+def _chunks(groups, m, block):
+    """(P, chunk): cut each of ``groups`` reductions of ``m`` elements into ``P`` chunks of
+    ``chunk`` elements (the last may be shorter, none empty), enough for about
+    ``TARGET_BLOCKS`` blocks and at least 4 elements per thread."""
+    if m <= 0:
+        return 1, 1
+    by_work = -(-m // (block * 4))
+    by_blocks = max(1, -(-TARGET_BLOCKS // max(groups, 1)))
+    p = max(1, min(by_work, by_blocks))
+    chunk = -(-m // p)
+    return -(-m // chunk), chunk
+
+
+# -- the shared prelude: block emulation and reduction helpers ------------------------------------
+
+BLOCK_PRELUDE = r"""#ifndef MGE_NORM_BLOCK_PRELUDE
+#define MGE_NORM_BLOCK_PRELUDE
+/* Phases between barriers (see kernels/norm.py): on the GPU a thread runs its own t, on the
+   host every thread of the emulated block runs the phase in turn. */
+#define MGE_NTHREADS_MAX @NTHREADS@
+#if defined(__CUDACC__)
+#define MGE_SHARED __shared__
+#define MGE_SYNC __syncthreads()
+#define MGE_NTHREADS ((unsigned)blockDim.x)
+#define MGE_FOR_THREADS(t) \
+    for (unsigned t = threadIdx.x, mge_once_##t = 1; mge_once_##t; mge_once_##t = 0)
+#define MGE_BLOCK_LOOP(r, n) \
+    for (long long r = blockIdx.x; r < (long long)(n); r += gridDim.x)
+#define MGE_GRID_LOOP(i, n) \
+    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
+         i += (long long)blockDim.x * gridDim.x)
+#else
+inline unsigned mge_host_grid = 1, mge_host_block = 1;
+/* Weak: many translation units of one host library define it. */
+extern "C" __attribute__((weak)) void mge_host_set_launch(unsigned grid, unsigned block) {
+    mge_host_grid = grid; mge_host_block = block;
+}
+#define MGE_SHARED static
+#define MGE_SYNC
+#define MGE_NTHREADS mge_host_block
+#define MGE_FOR_THREADS(t) for (unsigned t = 0; t < mge_host_block; ++t)
+#define MGE_BLOCK_LOOP(r, n) \
+    for (unsigned mge_blk_ = 0; mge_blk_ < mge_host_grid; ++mge_blk_) \
+        for (long long r = mge_blk_; r < (long long)(n); r += mge_host_grid)
+#define MGE_GRID_LOOP(i, n) \
+    for (unsigned mge_blk_ = 0; mge_blk_ < mge_host_grid; ++mge_blk_) \
+        for (unsigned mge_thr_ = 0; mge_thr_ < mge_host_block; ++mge_thr_) \
+            for (long long i = (long long)mge_blk_ * mge_host_block + mge_thr_; \
+                 i < (long long)(n); i += (long long)mge_host_block * mge_host_grid)
+#endif
+/* Loads of float data into the computing type, stores of it (float16 as bits, one rounding). */
+MGE_FN float mge_ldf(const unsigned short* p, long long i) { return mge_h2f(p[i]); }
+MGE_FN float mge_ldf(const float* p, long long i) { return p[i]; }
+MGE_FN double mge_ldf(const double* p, long long i) { return p[i]; }
+MGE_FN void mge_stf(unsigned short* p, long long i, float v) { p[i] = mge_f2h(v); }
+MGE_FN void mge_stf(unsigned short* p, long long i, double v) { p[i] = mge_d2h(v); }
+MGE_FN void mge_stf(float* p, long long i, float v) { p[i] = v; }
+MGE_FN void mge_stf(float* p, long long i, double v) { p[i] = (float)v; }
+MGE_FN void mge_stf(double* p, long long i, float v) { p[i] = (double)v; }
+MGE_FN void mge_stf(double* p, long long i, double v) { p[i] = v; }
+template <class T> MGE_FN T mge_qnan() { T z = 0; return z / z; }
+/* Chan et al.'s pairwise combination of Welford triples: (na, ma, sa) += (nb, mb, sb). */
+template <class T> MGE_FN void mge_welford_merge(long long& na, T& ma, T& sa,
+                                                 long long nb, T mb, T sb) {
+    if (nb == 0) return;
+    if (na == 0) { na = nb; ma = mb; sa = sb; return; }
+    long long n = na + nb;
+    T d = mb - ma, fb = (T)nb / (T)n;
+    ma = ma + d * fb;
+    sa = sa + sb + d * d * (T)na * fb;
+    na = n;
+}
+/* The shared-memory tree over a block's Welford triples in sh_n/sh_m/sh_s[0, MGE_NTHREADS):
+   the result lands in slot 0.  Called by every thread (it holds barriers). */
+template <class T> MGE_FN void mge_block_welford(long long* sh_n, T* sh_m, T* sh_s) {
+    for (unsigned s = MGE_NTHREADS / 2; s > 0; s >>= 1) {
+        MGE_FOR_THREADS(t) {
+            if (t < s) mge_welford_merge<T>(sh_n[t], sh_m[t], sh_s[t],
+                                            sh_n[t + s], sh_m[t + s], sh_s[t + s]);
+        }
+        MGE_SYNC;
+    }
+}
+/* The same tree for K sums per thread, in sh[k * MGE_NTHREADS_MAX + t]. */
+template <int K, class T> MGE_FN void mge_block_sums(T* sh) {
+    for (unsigned s = MGE_NTHREADS / 2; s > 0; s >>= 1) {
+        MGE_FOR_THREADS(t) {
+            if (t < s) {
+                for (int k = 0; k < K; ++k)
+                    sh[k * MGE_NTHREADS_MAX + t] += sh[k * MGE_NTHREADS_MAX + t + s];
+            }
+        }
+        MGE_SYNC;
+    }
+}
+#endif /* MGE_NORM_BLOCK_PRELUDE */
+""".replace("@NTHREADS@", str(NTHREADS))
+
+_PRELUDE_PARTS = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_NORM_BLOCK_PRELUDE", BLOCK_PRELUDE))
+
+# -- the algorithms, as templates -----------------------------------------------------------------
+
+_TEMPLATES = r"""#ifndef MGE_NORM_TEMPLATES
+#define MGE_NORM_TEMPLATES
+/* BatchNorm stage 1: block r = c * P + p reduces chunk p of channel c of x (N, C, S) into
+   Welford triples ws_n/ws_m/ws_s[r]. */
+template <class TX, class T>
+MGE_FN void mge_bn_stats_partial(const TX* x, long long* ws_n, T* ws_m, T* ws_s,
+                                 long long C, long long S, long long m, long long P,
+                                 long long chunk) {
+    MGE_SHARED long long sh_n[MGE_NTHREADS_MAX];
+    MGE_SHARED T sh_m[MGE_NTHREADS_MAX], sh_s[MGE_NTHREADS_MAX];
+    MGE_BLOCK_LOOP(r, C * P) {
+        MGE_FOR_THREADS(t) {
+            long long c = r / P, lo = (r % P) * chunk, hi = lo + chunk < m ? lo + chunk : m;
+            long long n = 0;
+            T mean = 0, m2 = 0;
+            for (long long j = lo + t; j < hi; j += MGE_NTHREADS) {
+                T v = (T)mge_ldf(x, ((j / S) * C + c) * S + j % S);
+                ++n;
+                T d = v - mean;
+                mean = mean + d / (T)n;
+                m2 = m2 + d * (v - mean);
+            }
+            sh_n[t] = n; sh_m[t] = mean; sh_s[t] = m2;
+        }
+        MGE_SYNC;
+        mge_block_welford<T>(sh_n, sh_m, sh_s);
+        MGE_FOR_THREADS(t) {
+            if (t == 0) { ws_n[r] = sh_n[0]; ws_m[r] = sh_m[0]; ws_s[r] = sh_s[0]; }
+        }
+        MGE_SYNC;  /* slot 0 is read before the next block's phase overwrites it */
+    }
+}
+/* BatchNorm stage 2: block c combines its P partials; writes mean/var (x's dtype), and
+   ws_mean[c], ws_scale[c] = w / sqrt(var + eps) in the computing type. */
+template <class TO, class TW, class T>
+MGE_FN void mge_bn_stats_final(const long long* ws_n, const T* ws_m, const T* ws_s,
+                               const TW* w, TO* mean_out, TO* var_out, T* ws_mean, T* ws_scale,
+                               long long C, long long P, double eps) {
+    MGE_SHARED long long sh_n[MGE_NTHREADS_MAX];
+    MGE_SHARED T sh_m[MGE_NTHREADS_MAX], sh_s[MGE_NTHREADS_MAX];
+    MGE_BLOCK_LOOP(c, C) {
+        MGE_FOR_THREADS(t) {
+            long long n = 0;
+            T mean = 0, m2 = 0;
+            for (long long p = t; p < P; p += MGE_NTHREADS)
+                mge_welford_merge<T>(n, mean, m2, ws_n[c * P + p], ws_m[c * P + p],
+                                     ws_s[c * P + p]);
+            sh_n[t] = n; sh_m[t] = mean; sh_s[t] = m2;
+        }
+        MGE_SYNC;
+        mge_block_welford<T>(sh_n, sh_m, sh_s);
+        MGE_FOR_THREADS(t) {
+            if (t == 0) {
+                long long n = sh_n[0];
+                T mean = n ? sh_m[0] : mge_qnan<T>(), var = n ? sh_s[0] / (T)n : mge_qnan<T>();
+                mge_stf(mean_out, c, mean);
+                mge_stf(var_out, c, var);
+                ws_mean[c] = mean;
+                ws_scale[c] = (T)mge_ldf(w, c) / mge_sqrt(var + (T)eps);
+            }
+        }
+        MGE_SYNC;
+    }
+}
+/* Inference BatchNorm's statistics: ws_mean[c] = mean, ws_scale[c] = w / sqrt(var + eps). */
+template <class TM, class TV, class TW, class T>
+MGE_FN void mge_bn_prepare(const TM* mean, const TV* var, const TW* w, T* ws_mean, T* ws_scale,
+                           long long C, double eps) {
+    MGE_GRID_LOOP(c, C) {
+        ws_mean[c] = (T)mge_ldf(mean, c);
+        ws_scale[c] = (T)mge_ldf(w, c) / mge_sqrt((T)mge_ldf(var, c) + (T)eps);
+    }
+}
+/* BatchNorm stage 3: y = (x - mean) * scale + b, the CPU kernel's order. */
+template <class TX, class TB, class T>
+MGE_FN void mge_bn_apply(const TX* x, const TB* b, const T* ws_mean, const T* ws_scale, TX* y,
+                         long long n, long long C, long long S) {
+    MGE_GRID_LOOP(i, n) {
+        long long c = (i / S) % C;
+        T v = ((T)mge_ldf(x, i) - ws_mean[c]) * ws_scale[c] + (T)mge_ldf(b, c);
+        mge_stf(y, i, v);
+    }
+}
+/* BatchNormBackward stage 1: sums of dy and dy * xhat over chunk p of channel c, with
+   xhat = (x - mean) * rstd, rstd = 1 / sqrt(var + eps). */
+template <class TX, class TG, class TM, class TV, class T>
+MGE_FN void mge_bnb_partial(const TX* x, const TG* dy, const TM* mean, const TV* var, T* ws_g,
+                            T* ws_gx, long long C, long long S, long long m, long long P,
+                            long long chunk, double eps) {
+    MGE_SHARED T sh[2 * MGE_NTHREADS_MAX];
+    MGE_BLOCK_LOOP(r, C * P) {
+        MGE_FOR_THREADS(t) {
+            long long c = r / P, lo = (r % P) * chunk, hi = lo + chunk < m ? lo + chunk : m;
+            T mu = (T)mge_ldf(mean, c), rstd = (T)1 / mge_sqrt((T)mge_ldf(var, c) + (T)eps);
+            T sg = 0, sgx = 0;
+            for (long long j = lo + t; j < hi; j += MGE_NTHREADS) {
+                long long i = ((j / S) * C + c) * S + j % S;
+                T g = (T)mge_ldf(dy, i), xhat = ((T)mge_ldf(x, i) - mu) * rstd;
+                sg += g;
+                sgx += g * xhat;
+            }
+            sh[t] = sg; sh[MGE_NTHREADS_MAX + t] = sgx;
+        }
+        MGE_SYNC;
+        mge_block_sums<2, T>(sh);
+        MGE_FOR_THREADS(t) {
+            if (t == 0) { ws_g[r] = sh[0]; ws_gx[r] = sh[MGE_NTHREADS_MAX]; }
+        }
+        MGE_SYNC;
+    }
+}
+/* BatchNormBackward stage 2: channel c's sums in partial order -> dbias, dweight (weight's
+   dtype); ws_k[3c..3c+2] = dw / m, db / m, w * rstd for stage 3. */
+template <class TM, class TV, class TW, class T>
+MGE_FN void mge_bnb_final(const T* ws_g, const T* ws_gx, const TM* mean, const TV* var,
+                          const TW* w, TW* dw_out, TW* db_out, T* ws_k, long long C, long long P,
+                          long long m, double eps) {
+    MGE_SHARED T sh[2 * MGE_NTHREADS_MAX];
+    MGE_BLOCK_LOOP(c, C) {
+        MGE_FOR_THREADS(t) {
+            T sg = 0, sgx = 0;
+            for (long long p = t; p < P; p += MGE_NTHREADS) {
+                sg += ws_g[c * P + p];
+                sgx += ws_gx[c * P + p];
+            }
+            sh[t] = sg; sh[MGE_NTHREADS_MAX + t] = sgx;
+        }
+        MGE_SYNC;
+        mge_block_sums<2, T>(sh);
+        MGE_FOR_THREADS(t) {
+            if (t == 0) {
+                T db = sh[0], dw = sh[MGE_NTHREADS_MAX];
+                T rstd = (T)1 / mge_sqrt((T)mge_ldf(var, c) + (T)eps);
+                mge_stf(dw_out, c, dw);
+                mge_stf(db_out, c, db);
+                ws_k[3 * c] = dw / (T)m;
+                ws_k[3 * c + 1] = db / (T)m;
+                ws_k[3 * c + 2] = (T)mge_ldf(w, c) * rstd;
+            }
+        }
+        MGE_SYNC;
+    }
+}
+/* BatchNormBackward stage 3: dx = ((dy - xhat * (dw / m)) - db / m) * (w * rstd). */
+template <class TX, class TG, class TM, class TV, class T>
+MGE_FN void mge_bnb_apply(const TX* x, const TG* dy, const TM* mean, const TV* var,
+                          const T* ws_k, TX* dx, long long n, long long C, long long S,
+                          double eps) {
+    MGE_GRID_LOOP(i, n) {
+        long long c = (i / S) % C;
+        T rstd = (T)1 / mge_sqrt((T)mge_ldf(var, c) + (T)eps);
+        T xhat = ((T)mge_ldf(x, i) - (T)mge_ldf(mean, c)) * rstd;
+        T v = ((T)mge_ldf(dy, i) - xhat * ws_k[3 * c]) - ws_k[3 * c + 1];
+        mge_stf(dx, i, v * ws_k[3 * c + 2]);
+    }
+}
+/* LayerNorm: block per row r = o * I + i of x (O, M, I): Welford over the row, then
+   y = (x - mean) * rstd [* w + b]; mean and rstd outputs at r. */
+template <bool AFFINE, class TX, class TW, class TB, class T>
+MGE_FN void mge_ln_fwd(const TX* x, const TW* w, const TB* b, TX* y, TX* mean_out,
+                       TX* rstd_out, long long R, long long M, long long I, double eps) {
+    MGE_SHARED long long sh_n[MGE_NTHREADS_MAX];
+    MGE_SHARED T sh_m[MGE_NTHREADS_MAX], sh_s[MGE_NTHREADS_MAX];
+    MGE_BLOCK_LOOP(r, R) {
+        MGE_FOR_THREADS(t) {
+            long long base = (r / I) * M * I + r % I;
+            long long n = 0;
+            T mean = 0, m2 = 0;
+            for (long long j = t; j < M; j += MGE_NTHREADS) {
+                T v = (T)mge_ldf(x, base + j * I);
+                ++n;
+                T d = v - mean;
+                mean = mean + d / (T)n;
+                m2 = m2 + d * (v - mean);
+            }
+            sh_n[t] = n; sh_m[t] = mean; sh_s[t] = m2;
+        }
+        MGE_SYNC;
+        mge_block_welford<T>(sh_n, sh_m, sh_s);
+        MGE_FOR_THREADS(t) {
+            long long base = (r / I) * M * I + r % I;
+            T mean = sh_m[0], rstd = (T)1 / mge_sqrt(sh_s[0] / (T)M + (T)eps);
+            for (long long j = t; j < M; j += MGE_NTHREADS) {
+                T v = ((T)mge_ldf(x, base + j * I) - mean) * rstd;
+                if (AFFINE) v = v * (T)mge_ldf(w, j) + (T)mge_ldf(b, j);
+                mge_stf(y, base + j * I, v);
+            }
+            if (t == 0) { mge_stf(mean_out, r, mean); mge_stf(rstd_out, r, rstd); }
+        }
+        MGE_SYNC;
+    }
+}
+/* LayerNormBackward's dx: block per row; gw = dy [* w], c1 = mean(gw), c2 = mean(gw * xhat),
+   dx = ((gw - xhat * c2) - c1) * rstd. */
+template <bool AFFINE, class TX, class TG, class TS, class TW, class T>
+MGE_FN void mge_ln_bwd_rows(const TX* x, const TG* dy, const TS* mean, const TS* rstd,
+                            const TW* w, TX* dx, long long R, long long M, long long I) {
+    MGE_SHARED T sh[2 * MGE_NTHREADS_MAX];
+    MGE_BLOCK_LOOP(r, R) {
+        MGE_FOR_THREADS(t) {
+            long long base = (r / I) * M * I + r % I;
+            T mu = (T)mge_ldf(mean, r), rs = (T)mge_ldf(rstd, r), s1 = 0, s2 = 0;
+            for (long long j = t; j < M; j += MGE_NTHREADS) {
+                T g = (T)mge_ldf(dy, base + j * I);
+                if (AFFINE) g = g * (T)mge_ldf(w, j);
+                s1 += g;
+                s2 += g * (((T)mge_ldf(x, base + j * I) - mu) * rs);
+            }
+            sh[t] = s1; sh[MGE_NTHREADS_MAX + t] = s2;
+        }
+        MGE_SYNC;
+        mge_block_sums<2, T>(sh);
+        MGE_FOR_THREADS(t) {
+            long long base = (r / I) * M * I + r % I;
+            T mu = (T)mge_ldf(mean, r), rs = (T)mge_ldf(rstd, r);
+            T c1 = sh[0] / (T)M, c2 = sh[MGE_NTHREADS_MAX] / (T)M;
+            for (long long j = t; j < M; j += MGE_NTHREADS) {
+                T g = (T)mge_ldf(dy, base + j * I);
+                if (AFFINE) g = g * (T)mge_ldf(w, j);
+                T xhat = ((T)mge_ldf(x, base + j * I) - mu) * rs;
+                mge_stf(dx, base + j * I, ((g - xhat * c2) - c1) * rs);
+            }
+        }
+        MGE_SYNC;
+    }
+}
+/* LayerNormBackward's dweight/dbias, stage 1: thread per column j (of M) and chunk p of rows:
+   ws_dw/ws_db[p * M + j] = sums of dy * xhat and dy over the chunk's rows. */
+template <class TX, class TG, class TS, class T>
+MGE_FN void mge_ln_bwd_cols_partial(const TX* x, const TG* dy, const TS* mean, const TS* rstd,
+                                    T* ws_dw, T* ws_db, long long R, long long M, long long I,
+                                    long long P, long long chunk) {
+    MGE_GRID_LOOP(k, M * P) {
+        long long p = k / M, j = k % M;
+        long long lo = p * chunk, hi = lo + chunk < R ? lo + chunk : R;
+        T sw = 0, sb = 0;
+        for (long long r = lo; r < hi; ++r) {
+            long long i = ((r / I) * M + j) * I + r % I;
+            T g = (T)mge_ldf(dy, i);
+            sw += g * (((T)mge_ldf(x, i) - (T)mge_ldf(mean, r)) * (T)mge_ldf(rstd, r));
+            sb += g;
+        }
+        ws_dw[k] = sw; ws_db[k] = sb;
+    }
+}
+/* Stage 2: column j's chunks in order -> dweight, dbias in weight's dtype. */
+template <class TW, class T>
+MGE_FN void mge_ln_bwd_cols_final(const T* ws_dw, const T* ws_db, TW* dw, TW* db, long long M,
+                                  long long P) {
+    MGE_GRID_LOOP(j, M) {
+        T sw = 0, sb = 0;
+        for (long long p = 0; p < P; ++p) { sw += ws_dw[p * M + j]; sb += ws_db[p * M + j]; }
+        mge_stf(dw, j, sw);
+        mge_stf(db, j, sb);
+    }
+}
+#endif /* MGE_NORM_TEMPLATES */
+"""
+
+_PARTS = _PRELUDE_PARTS + (("MGE_NORM_TEMPLATES", _TEMPLATES),)
+
+
+# -- kernels --------------------------------------------------------------------------------------
+
+def _check_dtypes(what, dtypes):
+    """``dtypes`` as numpy dtypes, each a float one these kernels take; a ``TypeError`` naming
+    ``what`` and the dtypes otherwise."""
+    try:
+        out = tuple(np.dtype(d) for d in dtypes)
+    except TypeError as e:
+        raise TypeError(f"CUDA {what} kernel: not a dtype ({e}) (dtypes: {dtypes})") from None
+    bad = [d for d in out if d not in FLOAT_DTYPES]
+    if bad:
+        names = ", ".join(str(d) for d in out)
+        raise TypeError(f"CUDA {what} kernel: unsupported dtype {bad[0]} (these kernels take "
+                        f"float16, float32 and float64; dtypes: {names})")
+    return out
+
+
+def _entry(name, template, targs, params, call_args):
+    """A ``KernelSource``: ``extern "C"`` ``name`` calling ``template<targs>`` with ``call_args``."""
+    text = (f"MGE_KERNEL {name}({', '.join(params)})\n{{\n"
+            f"    {template}<{', '.join(targs)}>({', '.join(call_args)});\n}}\n")
+    return KernelSource(name, _PARTS + ((name, text),), tuple(params), False, 64, 0)
+
+
+def _ptr(d, name, const=True):
+    return f"{'const ' if const else ''}{_STORAGE[d]}* {name}"
+
+
+def _sig(dtypes):
+    return "_".join(_CODE[d] for d in dtypes)
+
+
+def batch_norm_kernels(fwd_mode, x_dtype, param_dtypes):
+    """The kernels of ``BatchNorm(fwd_mode)`` on ``x`` of ``x_dtype``, ``param_dtypes`` those of
+    ``(weight, bias)`` (training) or ``(weight, bias, mean, var)`` (inference): a dict with keys
+    ``partial``, ``final``, ``apply`` (training) or ``prepare``, ``apply`` (inference)."""
+    mode = str(fwd_mode).lower()
+    if mode not in ("training", "inference"):
+        raise ValueError(f"CUDA BatchNorm kernel: fwd_mode must be 'training' or 'inference', "
+                         f"got {fwd_mode!r}")
+    want = 2 if mode == "training" else 4
+    dts = _check_dtypes(f"BatchNorm({mode!r})", (x_dtype, *param_dtypes))
+    if len(dts) != want + 1:
+        raise TypeError(f"CUDA BatchNorm({mode!r}) kernel: {want} parameter dtypes expected, got "
+                        f"{len(dts) - 1}")
+    return _bn_kernels(mode, dts)
+
+
+@functools.lru_cache(maxsize=None)
+def _bn_kernels(mode, dts):
+    x, w, b = dts[:3]
+    T = _ctype(x)
+    out = {}
+    if mode == "training":
+        out["partial"] = _entry(
+            f"mge_bn_stats_partial_{_sig([x])}", "mge_bn_stats_partial", [_STORAGE[x], T],
+            [_ptr(x, "x"), "long long* ws_n", f"{T}* ws_m", f"{T}* ws_s", "long long C",
+             "long long S", "long long m", "long long P", "long long chunk"],
+            ["x", "ws_n", "ws_m", "ws_s", "C", "S", "m", "P", "chunk"])
+        out["final"] = _entry(
+            f"mge_bn_stats_final_{_sig([x, w])}", "mge_bn_stats_final",
+            [_STORAGE[x], _STORAGE[w], T],
+            ["const long long* ws_n", f"const {T}* ws_m", f"const {T}* ws_s", _ptr(w, "w"),
+             _ptr(x, "mean_out", False), _ptr(x, "var_out", False), f"{T}* ws_mean",
+             f"{T}* ws_scale", "long long C", "long long P", "double eps"],
+            ["ws_n", "ws_m", "ws_s", "w", "mean_out", "var_out", "ws_mean", "ws_scale", "C", "P",
+             "eps"])
+    else:
+        mean, var = dts[3:]
+        out["prepare"] = _entry(
+            f"mge_bn_prepare_{_sig([x, mean, var, w])}", "mge_bn_prepare",
+            [_STORAGE[mean], _STORAGE[var], _STORAGE[w], T],
+            [_ptr(mean, "mean"), _ptr(var, "var"), _ptr(w, "w"), f"{T}* ws_mean",
+             f"{T}* ws_scale", "long long C", "double eps"],
+            ["mean", "var", "w", "ws_mean", "ws_scale", "C", "eps"])
+    out["apply"] = _entry(
+        f"mge_bn_apply_{_sig([x, b])}", "mge_bn_apply", [_STORAGE[x], _STORAGE[b], T],
+        [_ptr(x, "x"), _ptr(b, "b"), f"const {T}* ws_mean", f"const {T}* ws_scale",
+         _ptr(x, "y", False), "long long n", "long long C", "long long S"],
+        ["x", "b", "ws_mean", "ws_scale", "y", "n", "C", "S"])
+    return out
+
+
+def batch_norm_backward_kernels(dtypes):
+    """The kernels of ``BatchNormBackward`` on ``(x, dy, mean, var, weight)`` of ``dtypes``: a
+    dict with keys ``partial``, ``final``, ``apply``."""
+    dts = _check_dtypes("BatchNormBackward", dtypes)
+    if len(dts) != 5:
+        raise TypeError(f"CUDA BatchNormBackward kernel: 5 dtypes (x, dy, mean, var, weight) "
+                        f"expected, got {len(dts)}")
+    return _bnb_kernels(dts)
+
+
+@functools.lru_cache(maxsize=None)
+def _bnb_kernels(dts):
+    x, g, mean, var, w = dts
+    T = _ctype(x)
+    st = [_STORAGE[d] for d in dts]
+    return {
+        "partial": _entry(
+            f"mge_bnb_partial_{_sig([x, g, mean, var])}", "mge_bnb_partial", st[:4] + [T],
+            [_ptr(x, "x"), _ptr(g, "dy"), _ptr(mean, "mean"), _ptr(var, "var"), f"{T}* ws_g",
+             f"{T}* ws_gx", "long long C", "long long S", "long long m", "long long P",
+             "long long chunk", "double eps"],
+            ["x", "dy", "mean", "var", "ws_g", "ws_gx", "C", "S", "m", "P", "chunk", "eps"]),
+        "final": _entry(
+            f"mge_bnb_final_{_sig([x, mean, var, w])}", "mge_bnb_final", st[2:] + [T],
+            [f"const {T}* ws_g", f"const {T}* ws_gx", _ptr(mean, "mean"), _ptr(var, "var"),
+             _ptr(w, "w"), _ptr(w, "dw", False), _ptr(w, "db", False), f"{T}* ws_k",
+             "long long C", "long long P", "long long m", "double eps"],
+            ["ws_g", "ws_gx", "mean", "var", "w", "dw", "db", "ws_k", "C", "P", "m", "eps"]),
+        "apply": _entry(
+            f"mge_bnb_apply_{_sig([x, g, mean, var])}", "mge_bnb_apply", st[:4] + [T],
+            [_ptr(x, "x"), _ptr(g, "dy"), _ptr(mean, "mean"), _ptr(var, "var"),
+             f"const {T}* ws_k", _ptr(x, "dx", False), "long long n", "long long C",
+             "long long S", "double eps"],
+            ["x", "dy", "mean", "var", "ws_k", "dx", "n", "C", "S", "eps"]),
+    }
+
+
+def layer_norm_kernels(affine, x_dtype, param_dtypes=()):
+    """The kernel of ``LayerNorm(affine)`` on ``x`` of ``x_dtype`` (``param_dtypes``: those of
+    ``(weight, bias)`` with ``affine``): a dict with the key ``forward``."""
+    affine = bool(affine)
+    dts = _check_dtypes("LayerNorm", (x_dtype, *param_dtypes))
+    if len(dts) != (3 if affine else 1):
+        raise TypeError(f"CUDA LayerNorm(affine={affine}) kernel: {2 if affine else 0} parameter "
+                        f"dtypes expected, got {len(dts) - 1}")
+    return _ln_kernels(affine, dts)
+
+
+@functools.lru_cache(maxsize=None)
+def _ln_kernels(affine, dts):
+    x = dts[0]
+    w, b = dts[1:] if affine else (x, x)  # unused pointers without affine
+    T = _ctype(x)
+    tag = f"a_{_sig([x, w, b])}" if affine else f"n_{_sig([x])}"
+    return {"forward": _entry(
+        f"mge_ln_fwd_{tag}", "mge_ln_fwd",
+        ["true" if affine else "false", _STORAGE[x], _STORAGE[w], _STORAGE[b], T],
+        [_ptr(x, "x"), _ptr(w, "w"), _ptr(b, "b"), _ptr(x, "y", False),
+         _ptr(x, "mean_out", False), _ptr(x, "rstd_out", False), "long long R", "long long M",
+         "long long I", "double eps"],
+        ["x", "w", "b", "y", "mean_out", "rstd_out", "R", "M", "I", "eps"])}
+
+
+def layer_norm_backward_kernels(affine, dtypes):
+    """The kernels of ``LayerNormBackward(affine)`` on ``(x, dy, mean, rstd[, weight])`` of
+    ``dtypes`` (mean and rstd of one dtype): a dict with keys ``rows`` and, with ``affine``,
+    ``cols_partial`` and ``cols_final``."""
+    affine = bool(affine)
+    dts = _check_dtypes("LayerNormBackward", dtypes)
+    if len(dts) != (5 if affine else 4):
+        raise TypeError(f"CUDA LayerNormBackward(affine={affine}) kernel: {5 if affine else 4} "
+                        f"dtypes expected, got {len(dts)}")
+    if dts[2] != dts[3]:
+        raise TypeError(f"CUDA LayerNormBackward kernel: mean and rstd must have one dtype, got "
+                        f"{dts[2]} and {dts[3]}")
+    return _lnb_kernels(affine, dts)
+
+
+@functools.lru_cache(maxsize=None)
+def _lnb_kernels(affine, dts):
+    x, g, s = dts[:3]
+    w = dts[4] if affine else x
+    T = _ctype(x)
+    tag = f"a_{_sig([x, g, s, w])}" if affine else f"n_{_sig([x, g, s])}"
+    out = {"rows": _entry(
+        f"mge_ln_bwd_rows_{tag}", "mge_ln_bwd_rows",
+        ["true" if affine else "false", _STORAGE[x], _STORAGE[g], _STORAGE[s], _STORAGE[w], T],
+        [_ptr(x, "x"), _ptr(g, "dy"), _ptr(s, "mean"), _ptr(s, "rstd"), _ptr(w, "w"),
+         _ptr(x, "dx", False), "long long R", "long long M", "long long I"],
+        ["x", "dy", "mean", "rstd", "w", "dx", "R", "M", "I"])}
+    if affine:
+        out["cols_partial"] = _entry(
+            f"mge_ln_bwd_cols_partial_{_sig([x, g, s])}", "mge_ln_bwd_cols_partial",
+            [_STORAGE[x], _STORAGE[g], _STORAGE[s], T],
+            [_ptr(x, "x"), _ptr(g, "dy"), _ptr(s, "mean"), _ptr(s, "rstd"), f"{T}* ws_dw",
+             f"{T}* ws_db", "long long R", "long long M", "long long I", "long long P",
+             "long long chunk"],
+            ["x", "dy", "mean", "rstd", "ws_dw", "ws_db", "R", "M", "I", "P", "chunk"])
+        out["cols_final"] = _entry(
+            f"mge_ln_bwd_cols_final_{_sig([x, w])}", "mge_ln_bwd_cols_final", [_STORAGE[w], T],
+            [f"const {T}* ws_dw", f"const {T}* ws_db", _ptr(w, "dw", False),
+             _ptr(w, "db", False), "long long M", "long long P"],
+            ["ws_dw", "ws_db", "dw", "db", "M", "P"])
+    return out
+
+
+# -- plans ----------------------------------------------------------------------------------------
+
+def _infer(op, shapes, dtypes):
+    """Run the op's own shape/dtype rule (its errors name the op, shapes and dtypes)."""
+    descs = [TensorDesc(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)]
+    return INFER[type(op)](op, descs)
+
+
+def _ncs(shape):
+    return shape[0], shape[1], math.prod(shape[2:])
+
+
+def batch_norm_plan(op, shapes, dtypes):
+    """The ``LaunchPlan`` of ``BatchNorm`` ``op`` on inputs of ``shapes`` and ``dtypes``
+    (``(x, weight, bias)`` training, ``(x, weight, bias, mean, var)`` inference).  Outputs:
+    ``(y, mean, var)`` or ``(y,)``, as the op's rule declares."""
+    _infer(op, shapes, dtypes)
+    ks = batch_norm_kernels(op.fwd_mode, dtypes[0], dtypes[1:])
+    n, c, s = _ncs(shapes[0])
+    size, t_size = n * c * s, _acc(np.dtype(dtypes[0])).itemsize
+    ws = _Workspace()
+    launches = []
+    if op.fwd_mode == "training":
+        m = n * s
+        block = _pow2_block(m)
+        p, chunk = _chunks(c, m, block)
+        ws_n, ws_m, ws_s = ws.take(c * p, 8), ws.take(c * p, t_size), ws.take(c * p, t_size)
+        ws_mean, ws_scale = ws.take(c, t_size), ws.take(c, t_size)
+        launches.append(Launch(ks["partial"], min(c * p, MAX_GRID), block, (
+            Buffer("in", 0), ws_n, ws_m, ws_s, _i64(c), _i64(s), _i64(m), _i64(p), _i64(chunk))))
+        launches.append(Launch(ks["final"], min(c, MAX_GRID), _pow2_block(p), (
+            ws_n, ws_m, ws_s, Buffer("in", 1), Buffer("out", 1), Buffer("out", 2), ws_mean,
+            ws_scale, _i64(c), _i64(p), _f64(op.epsilon))))
+    else:
+        ws_mean, ws_scale = ws.take(c, t_size), ws.take(c, t_size)
+        launches.append(Launch(ks["prepare"], _grid_for(c, NTHREADS), NTHREADS, (
+            Buffer("in", 3), Buffer("in", 4), Buffer("in", 1), ws_mean, ws_scale, _i64(c),
+            _f64(op.epsilon))))
+    if size:
+        launches.append(Launch(ks["apply"], _grid_for(size, NTHREADS), NTHREADS, (
+            Buffer("in", 0), Buffer("in", 2), ws_mean, ws_scale, Buffer("out", 0), _i64(size),
+            _i64(c), _i64(s))))
+    return LaunchPlan(tuple(launches), ws.size)
+
+
+def batch_norm_backward_plan(op, shapes, dtypes):
+    """The ``LaunchPlan`` of ``BatchNormBackward`` on ``(x, dy, mean, var, weight)``; outputs
+    ``(dx, dweight, dbias)``."""
+    _infer(op, shapes, dtypes)
+    ks = batch_norm_backward_kernels(dtypes)
+    n, c, s = _ncs(shapes[0])
+    m, size, t_size = n * s, n * c * s, _acc(np.dtype(dtypes[0])).itemsize
+    block = _pow2_block(m)
+    p, chunk = _chunks(c, m, block)
+    ws = _Workspace()
+    ws_g, ws_gx, ws_k = ws.take(c * p, t_size), ws.take(c * p, t_size), ws.take(3 * c, t_size)
+    eps = _f64(op.epsilon)
+    launches = [
+        Launch(ks["partial"], min(c * p, MAX_GRID), block, (
+            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), ws_g, ws_gx,
+            _i64(c), _i64(s), _i64(m), _i64(p), _i64(chunk), eps)),
+        Launch(ks["final"], min(c, MAX_GRID), _pow2_block(p), (
+            ws_g, ws_gx, Buffer("in", 2), Buffer("in", 3), Buffer("in", 4), Buffer("out", 1),
+            Buffer("out", 2), ws_k, _i64(c), _i64(p), _i64(m), eps))]
+    if size:
+        launches.append(Launch(ks["apply"], _grid_for(size, NTHREADS), NTHREADS, (
+            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), ws_k,
+            Buffer("out", 0), _i64(size), _i64(c), _i64(s), eps)))
+    return LaunchPlan(tuple(launches), ws.size)
+
+
+def _rmi(op, shape):
+    start, end = layer_norm_range(op, len(shape))
+    o, m, i = math.prod(shape[:start]), math.prod(shape[start:end]), math.prod(shape[end:])
+    return o * i, m, i
+
+
+def layer_norm_plan(op, shapes, dtypes):
+    """The ``LaunchPlan`` of ``LayerNorm`` on ``(x[, weight, bias])``; outputs
+    ``(y, mean, rstd)``.  A block per row (grid-stride over rows), no workspace."""
+    _infer(op, shapes, dtypes)
+    k = layer_norm_kernels(op.affine, dtypes[0], dtypes[1:])["forward"]
+    r, m, i = _rmi(op, shapes[0])
+    w, b = (Buffer("in", 1), Buffer("in", 2)) if op.affine else (Buffer("in", 0),) * 2
+    if r == 0:
+        return LaunchPlan(())
+    return LaunchPlan((Launch(k, min(r, MAX_GRID), _pow2_block(m), (
+        Buffer("in", 0), w, b, Buffer("out", 0), Buffer("out", 1), Buffer("out", 2), _i64(r),
+        _i64(m), _i64(i), _f64(op.eps))),))
+
+
+def layer_norm_backward_plan(op, shapes, dtypes):
+    """The ``LaunchPlan`` of ``LayerNormBackward`` on ``(x, dy, mean, rstd[, weight])``; outputs
+    ``(dx[, dweight, dbias])``."""
+    _infer(op, shapes, dtypes)
+    ks = layer_norm_backward_kernels(op.affine, dtypes)
+    r, m, i = _rmi(op, shapes[0])
+    w = Buffer("in", 4) if op.affine else Buffer("in", 0)
+    launches = []
+    if r:
+        launches.append(Launch(ks["rows"], min(r, MAX_GRID), _pow2_block(m), (
+            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), w,
+            Buffer("out", 0), _i64(r), _i64(m), _i64(i))))
+    ws = _Workspace()
+    if op.affine:
+        # each thread a column and a chunk of rows: chunks until about TARGET_BLOCKS blocks
+        p = max(1, min(-(-r // 16), -(-TARGET_BLOCKS * NTHREADS // max(m, 1))))
+        chunk = max(1, -(-r // p))
+        p = max(1, -(-r // chunk))
+        t_size = _acc(np.dtype(dtypes[0])).itemsize
+        ws_dw, ws_db = ws.take(m * p, t_size), ws.take(m * p, t_size)
+        launches.append(Launch(ks["cols_partial"], _grid_for(m * p, NTHREADS), NTHREADS, (
+            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), ws_dw, ws_db,
+            _i64(r), _i64(m), _i64(i), _i64(p), _i64(chunk))))
+        launches.append(Launch(ks["cols_final"], _grid_for(m, NTHREADS), NTHREADS, (
+            ws_dw, ws_db, Buffer("out", 1), Buffer("out", 2), _i64(m), _i64(p))))
+    return LaunchPlan(tuple(launches), ws.size)
