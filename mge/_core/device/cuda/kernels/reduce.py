@@ -1,0 +1,727 @@
+"""CUDA C for ``Reduce`` (every mode), ``Argmax``/``Argmin`` and ``CumSum``, generated per mode and
+dtype signature, with the launch plans the CUDA device follows to run them.
+
+Like ``elemwise.py`` this makes text only: nothing here needs a GPU or NVRTC.
+
+**The view.**  Every kernel works on a C-contiguous input seen as ``(outer, n, inner)`` with the
+reduced (or scanned) axis in the middle (``reduce_view``: adjacent axes merge into one; axes that
+are not adjacent once size-1 dims are dropped must be made so by the caller, with a transposing
+copy).  There are ``m = outer * inner`` outputs (output columns, for a scan); output ``q`` reads
+``in[o*n*inner + j*inner + i]`` for ``j < n``, with ``q = o*inner + i``.
+
+**The decomposition: a tile kernel.**  A block is ``(TX, TY)`` threads (``TX * TY = 256``, both
+powers of two): ``tx`` picks one of ``TX`` consecutive outputs, ``ty`` strides over ``n``.
+Consecutive threads of a warp read consecutive addresses in both limits:
+
+* long rows (``inner == 1``, large ``n``): ``TX = 1, TY = 256``, a block per output row, the 256
+  threads reading the row side by side;
+* short rows with a large ``inner``: ``TX >= 32``, ``TY = min(n rounded up to a power of 2,
+  256 / TX)``: a thread (or a few) per output, a warp reading 32 consecutive ``inner`` positions;
+* in between, ``TX = 256 / TY`` with ``TY`` the row length rounded up, so that no thread idles on
+  short rows of ``inner == 1`` either (several rows per block).
+
+Each thread folds its strided share of the row into an accumulator, then the block combines the
+``TY`` accumulators of each ``tx``: in shared memory while the partner ``ty + s`` is in another
+warp (``s * TX >= 32``), then by warp shuffles (``__shfl_down_sync`` with offset ``s * TX``) for the
+last stages (``mge_block_tree``).  Blocks loop over tiles (a grid-stride loop), so any grid covers
+any ``m``.  When there are few outputs and long rows (too few tiles to fill a GPU), the plan
+splits each row into ``gridDim.y`` chunks: a *partial* kernel writes each chunk's accumulator to a
+workspace and a *final* kernel combines them (the workspace seen as ``(1, splits, m)``): two
+launches, deterministic (no atomics), the same partition for any grid.
+
+``CumSum`` uses the same tiles: each block walks its columns' rows ``TY`` elements at a time, an
+inclusive Hillis-Steele scan along ``ty`` in shared memory (two buffers, ``log2 TY`` stages), plus
+a running carry per column.  Long scans over few columns are split in three launches: the chunk
+sums (the partial ``Reduce(sum)`` kernel), an exclusive scan of those (the *raw* scan kernel of the
+accumulator type) and the chunks' scans starting from it (``carry``).
+
+**The host build.**  The sources compile as host C++ too (``hostbuild.py``), so the tests run
+them on numpy arrays.  Kernel bodies are written as *phases* between barriers: ``MGE_THREADS {
+... } MGE_END_THREADS`` is one phase of every thread (CUDA: the thread's own body; host: a loop
+over the block's threads, ``tx`` fastest), ``MGE_SYNC`` a barrier (host: nothing -- the phase's
+loop has run every thread).  State that outlives a phase lives in shared memory, barriers sit
+only in block-uniform control flow (as CUDA requires anyway), and ``MGE_GRID_BEGIN`` is the
+block's own index (host: a loop over the grid).  Warp shuffles become, on the host, the same
+pairings through shared memory, so a result's bits are the GPU's.  The launch geometry comes from
+``mge_host_launch(grid_x, grid_y, block_x, block_y, shared_bytes)`` before a call, in place of
+CUDA's launch configuration; the kernel's parameters are the same as on the GPU.  On the host a
+kernel that would use more dynamic shared memory than the plan gave sets ``mge_host_error`` and
+does nothing (the tests check the plans that way), and shared memory starts as 0xff bytes (a
+read of an element never written shows).
+
+Accumulators: float for float16 and float32, double for float64; integer sums, products and
+squares wrap as numpy's (and the CPU kernel's) do, computed in an unsigned type of 32 or 64 bits
+and truncated to the output (the same bits modulo ``2**bits``); the mean of integers is an exact
+64-bit integer sum (double for int64) divided once.  Where the results may differ from the CPU
+device's is written in ``DIFFERENCES``.
+"""
+import functools
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from ....ops.reduce import REDUCE_MODES, cumsum_dtype, normalize_axes, reduce_dtype
+from .elemwise import _PRELUDE, _TYPES, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
+
+__all__ = ["reduce_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch", "reduce_view",
+           "block_shape", "Launch", "Plan", "REDUCE_KERNEL_MODES", "STAGES", "THREADS",
+           "DIFFERENCES", "NVRTC_OPTIONS", "program"]
+
+#: NVRTC flags (as elemwise's: no contraction, so float arithmetic rounds as written).
+NVRTC_OPTIONS = ("--fmad=false",)
+
+#: The threads of a block.
+THREADS = 256
+
+#: The modes ``reduce_kernel`` takes: the op's, and the arg-extrema.
+REDUCE_KERNEL_MODES = tuple(sorted(REDUCE_MODES)) + ("argmax", "argmin")
+
+#: Kernel stages: the whole reduction; a chunk's accumulator into a workspace; the workspace's
+#: accumulators combined into the output.
+STAGES = ("full", "partial", "final")
+
+# A plan splits rows while fewer tiles than this would run (about two blocks per SM of a large
+# GPU), and gives each thread of a split at least this many elements.
+_TARGET_BLOCKS = 512
+_MIN_PER_THREAD = 16
+_MAX_GRID_X = 2 ** 31 - 1
+_MAX_GRID_Y = 65535
+
+#: Where a CUDA kernel's results may differ from the CPU device's (the tests check the rest).
+DIFFERENCES = """\
+* Float sums, means, products and sums of squares combine in another order (each thread's
+  strided share, then a tree; numpy sums pairwise): results differ in the last bits, by at most
+  a few ulp times log2(n) plus n / 256 for the per-thread runs.  float16 accumulates in float and
+  rounds once, as the CPU kernel does.
+* The mean of integers is their exact integer sum (double for int64) divided once, where the CPU
+  kernel sums them in float32: it is closer to the true mean.
+* CumSum of floats is a parallel scan (another order than numpy's running sum), float16 in float
+  rounded once per element where numpy rounds every running sum to float16.
+* max/min of +0.0 and -0.0 may give either zero (numpy: as its SIMD loop meets them); a NaN gives
+  NaN as numpy does, though not necessarily the same NaN's bits.
+* Integer results (sum, prod, sum_sqr, cumsum wrap modulo 2**bits as numpy), max/min, argmax and
+  argmin (the first index of the extreme, a NaN counting as the extreme) are exact.
+"""
+
+# -- dtypes ---------------------------------------------------------------------------------------
+
+_B, _F16, _F32, _F64 = (np.dtype(d) for d in ("bool", "float16", "float32", "float64"))
+_I32, _I64 = np.dtype("int32"), np.dtype("int64")
+
+# accumulator C type -> (code in names, numpy dtype of its bytes in a workspace)
+_ACC = {"unsigned int": ("u32", np.dtype("uint32")),
+        "unsigned long long": ("u64", np.dtype("uint64")),
+        "long long": ("s64", np.dtype("int64")),
+        "float": ("f32", _F32), "double": ("f64", _F64)}
+
+
+def _compute_ctype(d):
+    return _TYPES[d][2]
+
+
+def _sum_acc(d):
+    """The accumulator of a sum (product, square, scan) of ``d``: wraps as ``d``'s output."""
+    if d.kind == "f":
+        return "double" if d == _F64 else "float"
+    return "unsigned long long" if d.itemsize == 8 else "unsigned int"
+
+
+def _acc(mode, d):
+    if mode in ("sum", "prod", "sum_sqr"):
+        return _sum_acc(d)
+    if mode == "mean":
+        if d.kind == "f":
+            return "double" if d == _F64 else "float"
+        return "double" if d == _I64 else "long long"  # exact, then divided once
+    if mode in ("max", "min"):
+        return _compute_ctype(d)
+    return f"mge_argpair<{_compute_ctype(d)}>"
+
+
+def _acc_itemsize(ctype):
+    if ctype.startswith("mge_argpair"):
+        inner = ctype[len("mge_argpair<"):-1]
+        size = {"bool": 1, "signed char": 1, "unsigned char": 1, "short": 2,
+                "unsigned short": 2, "int": 4, "float": 4, "long long": 8, "double": 8}[inner]
+        return 8 if size <= 4 else 16  # {V v; int i;} at V's alignment (4 at least)
+    return _ACC[ctype][1].itemsize
+
+
+def _out_dtype(mode, d):
+    return _I32 if mode in ("argmax", "argmin") else reduce_dtype(mode, d)
+
+
+# -- the block prelude ----------------------------------------------------------------------------
+
+_BLOCK_PRELUDE = r"""#ifndef MGE_BLOCK_PRELUDE
+#define MGE_BLOCK_PRELUDE
+/* Block-level kernels (reductions, scans, softmax), written as phases between barriers: see
+   kernels/reduce.py.  MGE_THREADS ... MGE_END_THREADS is one phase of every thread of the block,
+   MGE_SYNC a barrier; state that outlives a phase lives in shared memory. */
+#if defined(__CUDACC__)
+#define MGE_MEMBER static __device__ __forceinline__
+#define MGE_BLOCK_FN __device__
+#define MGE_GRID_X gridDim.x
+#define MGE_DIM_X blockDim.x
+#define MGE_DIM_Y blockDim.y
+#define MGE_GRID_BEGIN { const unsigned mge_bx = blockIdx.x, mge_by = blockIdx.y;
+#define MGE_GRID_END }
+#define MGE_THREADS { const unsigned tx = threadIdx.x, ty = threadIdx.y; \
+                      const unsigned tid = ty * blockDim.x + tx; (void)tid; (void)tx;
+#define MGE_END_THREADS }
+#define MGE_SYNC __syncthreads();
+#define MGE_SHARED_ARRAY(T, name, count) \
+    extern __shared__ __align__(16) unsigned char mge_smem[]; T* name = (T*)mge_smem;
+#define MGE_INF_F __int_as_float(0x7f800000)
+#define MGE_INF_D __longlong_as_double(0x7ff0000000000000LL)
+#define MGE_NAN_F __int_as_float(0x7fffffff)
+#define MGE_NAN_D __longlong_as_double(0x7fffffffffffffffLL)
+/* a value of lane + off of the warp (every lane of the warp calls it) */
+template <class T> MGE_FN T mge_shfl_down(T v, unsigned off) {
+    return (T)__shfl_down_sync(0xffffffffu, v, off);
+}
+#else
+/* The host: a launch is mge_host_launch(grid x, grid y, block x, block y, shared bytes), then the
+   kernel's call; the grid and each block's threads run one after another. */
+#include <string.h>
+#define MGE_MEMBER static inline
+#define MGE_BLOCK_FN static
+#define MGE_HOST_SMEM (96 * 1024)
+extern "C" {
+__attribute__((weak)) unsigned mge_host_dims[5];
+__attribute__((weak)) int mge_host_error;
+__attribute__((weak)) unsigned char mge_host_smem[MGE_HOST_SMEM] __attribute__((aligned(16)));
+__attribute__((weak)) void mge_host_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by,
+                                           unsigned shared) {
+    mge_host_dims[0] = gx; mge_host_dims[1] = gy; mge_host_dims[2] = bx; mge_host_dims[3] = by;
+    mge_host_dims[4] = shared;
+    mge_host_error = shared > MGE_HOST_SMEM ? 2 : 0;
+    memset(mge_host_smem, 0xff, MGE_HOST_SMEM);
+}
+}
+#define MGE_GRID_X mge_host_dims[0]
+#define MGE_DIM_X mge_host_dims[2]
+#define MGE_DIM_Y mge_host_dims[3]
+#define MGE_GRID_BEGIN \
+    for (unsigned mge_by = 0; mge_by < mge_host_dims[1]; ++mge_by) \
+    for (unsigned mge_bx = 0; mge_bx < mge_host_dims[0]; ++mge_bx) {
+#define MGE_GRID_END }
+#define MGE_THREADS \
+    for (unsigned ty = 0; ty < mge_host_dims[3]; ++ty) \
+    for (unsigned tx = 0; tx < mge_host_dims[2]; ++tx) { \
+        const unsigned tid = ty * mge_host_dims[2] + tx; (void)tid;
+#define MGE_END_THREADS }
+#define MGE_SYNC
+/* more than the plan's dynamic shared memory: an error, and the kernel does nothing */
+#define MGE_SHARED_ARRAY(T, name, count) \
+    T* name = (T*)mge_host_smem; \
+    if ((unsigned long long)(count) * sizeof(T) > mge_host_dims[4] || mge_host_error) { \
+        mge_host_error = 1; return; }
+#define MGE_INF_F __builtin_huge_valf()
+#define MGE_INF_D __builtin_huge_val()
+#define MGE_NAN_F __builtin_nanf("")
+#define MGE_NAN_D __builtin_nan("")
+#endif
+
+/* an arg-extremum's accumulator: the value and its index along the axis */
+template <class V> struct mge_argpair { V v; int i; };
+#if defined(__CUDACC__)
+template <class V> MGE_FN mge_argpair<V> mge_shfl_down(mge_argpair<V> p, unsigned off) {
+    p.v = mge_shfl_down(p.v, off);
+    p.i = mge_shfl_down(p.i, off);
+    return p;
+}
+#endif
+template <class V> MGE_FN bool mge_isnan(V v) { return v != v; }
+
+/* Combine sh[ty * TX + tx] over ty for each tx (C::comb), the result in sh[tx]; every thread of
+   the block calls it.  Shared-memory stages while the partner ty + s is in another warp, then
+   warp shuffles of offset s * TX (on the host the same pairs, through shared memory). */
+template <class C, class A> MGE_BLOCK_FN void mge_block_tree(A* sh) {
+    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    unsigned s = TY / 2;
+    for (; s > 0 && s * TX >= 32; s >>= 1) {
+        MGE_THREADS
+        if (ty < s) sh[tid] = C::comb(sh[tid], sh[tid + s * TX]);
+        MGE_END_THREADS
+        MGE_SYNC
+    }
+#if defined(__CUDACC__)
+    if (s > 0) {  /* what is left lies in sh[0, 2 s TX) with 2 s TX <= 32: the first warp's */
+        const unsigned tid = threadIdx.y * TX + threadIdx.x;
+        if (tid < 32) {
+            A v = sh[tid];
+            for (; s > 0; s >>= 1) v = C::comb(v, mge_shfl_down(v, s * TX));
+            if (tid < TX) sh[tid] = v;
+        }
+        __syncthreads();
+    }
+#else
+    for (; s > 0; s >>= 1) {
+        MGE_THREADS
+        if (ty < s) sh[tid] = C::comb(sh[tid], sh[tid + s * TX]);
+        MGE_END_THREADS
+    }
+#endif
+}
+
+/* The tile reduction: output q of m = outer * inner folds in[o, j, i] for j in this split's
+   chunk [blockIdx.y * chunk, +chunk) (Op::load, Op::comb), then Op::store(acc, count) goes to
+   out[blockIdx.y * m + q] (a workspace row per split, or the output when gridDim.y is 1). */
+template <class Op> MGE_BLOCK_FN void mge_reduce_tile(
+        typename Op::out_t* out, const typename Op::in_t* in, long long outer, long long n,
+        long long inner, long long chunk, long long count) {
+    typedef typename Op::acc_t A;
+    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    MGE_SHARED_ARRAY(A, sh, TX * TY)
+    const long long m = outer * inner, tiles = (m + TX - 1) / TX;
+    MGE_GRID_BEGIN
+    const long long j0 = (long long)mge_by * chunk;
+    const long long j1 = j0 + chunk < n ? j0 + chunk : n;
+    for (long long tile = mge_bx; tile < tiles; tile += MGE_GRID_X) {
+        MGE_THREADS
+        const long long q = tile * TX + tx;
+        A acc = Op::id();
+        if (q < m) {
+            const long long o = q / inner, i = q - o * inner;
+            const typename Op::in_t* p = in + o * n * inner + i;
+            for (long long j = j0 + ty; j < j1; j += TY) acc = Op::comb(acc, Op::load(p[j * inner], j));
+        }
+        sh[tid] = acc;
+        MGE_END_THREADS
+        MGE_SYNC
+        mge_block_tree<Op>(sh);
+        MGE_THREADS
+        const long long q = tile * TX + tx;
+        if (ty == 0 && q < m) out[(long long)mge_by * m + q] = Op::store(sh[tx], count);
+        MGE_END_THREADS
+        MGE_SYNC  /* the next tile writes sh again */
+    }
+    MGE_GRID_END
+}
+
+/* The tile scan: column q of m runs through its chunk [blockIdx.y * chunk, +chunk) of n (from
+   the chunk's end when reverse), TY elements at a time: an inclusive Hillis-Steele scan over ty
+   in two shared buffers, plus the column's carry (carry_in[blockIdx.y * m + q], or zero). */
+template <class Op> MGE_BLOCK_FN void mge_scan_tile(
+        typename Op::out_t* out, const typename Op::in_t* in, long long outer, long long n,
+        long long inner, long long chunk, const typename Op::acc_t* carry_in, int exclusive,
+        int reverse) {
+    typedef typename Op::acc_t A;
+    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    MGE_SHARED_ARRAY(A, sh, 2 * TX * TY + TX)
+    A* const buf0 = sh;
+    A* const buf1 = sh + TX * TY;
+    A* const carry = sh + 2 * TX * TY;
+    const long long m = outer * inner, tiles = (m + TX - 1) / TX;
+    MGE_GRID_BEGIN
+    const long long j0 = (long long)mge_by * chunk;
+    const long long len = (j0 + chunk < n ? j0 + chunk : n) - j0;
+    for (long long tile = mge_bx; tile < tiles; tile += MGE_GRID_X) {
+        MGE_THREADS
+        const long long q = tile * TX + tx;
+        if (ty == 0) carry[tx] = (carry_in && q < m) ? carry_in[(long long)mge_by * m + q] : (A)0;
+        MGE_END_THREADS
+        MGE_SYNC
+        for (long long c = 0; c < len; c += TY) {
+            MGE_THREADS
+            const long long q = tile * TX + tx, t = c + ty;
+            A v = (A)0;
+            if (q < m && t < len) {
+                const long long o = q / inner, i = q - o * inner;
+                const long long j = reverse ? j0 + len - 1 - t : j0 + t;
+                v = Op::load(in[o * n * inner + j * inner + i]);
+            }
+            buf0[tid] = v;
+            MGE_END_THREADS
+            MGE_SYNC
+            unsigned flip = 0;
+            for (unsigned off = 1; off < TY; off <<= 1) {
+                MGE_THREADS
+                const A* src = flip ? buf1 : buf0;
+                A* dst = flip ? buf0 : buf1;
+                dst[tid] = ty >= off ? (A)(src[tid - off * TX] + src[tid]) : src[tid];
+                MGE_END_THREADS
+                MGE_SYNC
+                flip ^= 1u;
+            }
+            const A* scan = flip ? buf1 : buf0;
+            MGE_THREADS
+            const long long q = tile * TX + tx, t = c + ty;
+            if (q < m && t < len) {
+                const long long o = q / inner, i = q - o * inner;
+                const long long j = reverse ? j0 + len - 1 - t : j0 + t;
+                const A before = ty ? scan[tid - TX] : (A)0;
+                out[o * n * inner + j * inner + i] =
+                    Op::store((A)(carry[tx] + (exclusive ? before : scan[tid])));
+            }
+            MGE_END_THREADS
+            MGE_SYNC
+            MGE_THREADS
+            if (ty == 0) carry[tx] = (A)(carry[tx] + scan[(TY - 1) * TX + tx]);
+            MGE_END_THREADS
+            MGE_SYNC
+        }
+    }
+    MGE_GRID_END
+}
+#endif /* MGE_BLOCK_PRELUDE */
+"""
+
+
+# -- the per-kernel operation structs --------------------------------------------------------------
+
+def _int_limits(d):
+    """C literals of ``d``'s (min, max) in its compute type."""
+    if d == _B:
+        return "false", "true"
+    info = np.iinfo(d)
+    lo = "(-9223372036854775807LL - 1)" if d == _I64 else str(int(info.min))
+    hi = f"{int(info.max)}LL" if d == _I64 else str(int(info.max))
+    c = _compute_ctype(d)
+    return f"({c}){lo}", f"({c}){hi}"
+
+
+def _extremes(d):
+    """(lowest, highest) values of ``d``'s compute type, as C: the max's and min's identities."""
+    if d.kind == "f":
+        inf = "MGE_INF_D" if d == _F64 else "MGE_INF_F"
+        return f"-{inf}", inf
+    return _int_limits(d)
+
+
+def _to_acc(expr, src, acc):
+    """C for the element ``expr`` stored as ``src`` in the accumulator type ``acc``."""
+    value = _load(expr, src, src)
+    return value if acc == _compute_ctype(src) else f"({acc})({value})"
+
+
+def _store_expr(expr, expr_ctype, out):
+    """C for the value ``expr`` (of C type ``expr_ctype``) in ``out``'s storage."""
+    if out == _F16:
+        return f"mge_d2h({expr})" if expr_ctype == "double" else f"mge_f2h((float)({expr}))"
+    return f"({_storage(out)})({expr})"
+
+
+def _op_struct(name, mode, in_dtype, stage):
+    """(C type stored in, C type stored out, guarded text of the struct ``name``)."""
+    acc = _acc(mode, in_dtype)
+    out = _out_dtype(mode, in_dtype)
+    raw_in = stage == "final"
+    in_t = acc if raw_in else _storage(in_dtype)
+    out_t = acc if stage == "partial" else _storage(out)
+    v = _compute_ctype(in_dtype)
+    lo, hi = _extremes(in_dtype)
+    if mode in ("argmax", "argmin"):
+        better = ">" if mode == "argmax" else "<"
+        ident = lo if mode == "argmax" else hi
+        body = (f"    MGE_MEMBER acc_t id() {{ acc_t a; a.v = {ident}; a.i = 2147483647; "
+                f"return a; }}\n"
+                f"    /* b wins: a NaN over any number, a larger (smaller) value, the first index "
+                f"among equals */\n"
+                f"    MGE_MEMBER acc_t comb(acc_t a, acc_t b) {{\n"
+                f"        bool an = mge_isnan(a.v), bn = mge_isnan(b.v);\n"
+                f"        bool win = bn ? (!an || b.i < a.i) : (!an && (b.v {better} a.v || "
+                f"(b.v == a.v && b.i < a.i)));\n"
+                f"        return win ? b : a;\n    }}\n")
+        load = (f"in_t x, long long j) {{ return x; }}" if raw_in else
+                f"in_t x, long long j) {{ acc_t a; a.v = {_load('x', in_dtype, in_dtype)}; "
+                f"a.i = (int)j; return a; }}")
+        store = "a" if stage == "partial" else "(int)a.i"
+    else:
+        if mode in ("max", "min"):
+            ident = lo if mode == "max" else hi
+            cmp = ">" if mode == "max" else "<"
+            comb = (f"mge_isnan(a) ? a : (mge_isnan(b) ? b : (b {cmp} a ? b : a))"
+                    if in_dtype.kind == "f" else f"b {cmp} a ? b : a")
+        elif mode == "prod":
+            ident, comb = "(acc_t)1", "(acc_t)(a * b)"
+        else:
+            ident, comb = "(acc_t)0", "(acc_t)(a + b)"
+        body = (f"    MGE_MEMBER acc_t id() {{ return {ident}; }}\n"
+                f"    MGE_MEMBER acc_t comb(acc_t a, acc_t b) {{ return {comb}; }}\n")
+        value = "x" if raw_in else _to_acc("x", in_dtype, acc)
+        if mode == "sum_sqr" and not raw_in:
+            load = f"in_t x, long long j) {{ acc_t v = {value}; return (acc_t)(v * v); }}"
+        else:
+            load = f"in_t x, long long j) {{ return {value}; }}"
+        if stage == "partial":
+            store = "a"
+        elif mode == "mean":
+            r = "double" if out == _F64 else "float"
+            if acc == "long long":  # the exact integer sum, divided once
+                store = _store_expr("(double)a / (double)count", "double", out)
+            else:
+                store = _store_expr(f"a / ({r})count", r, out)
+        else:
+            store = _store_expr("a", acc, out)
+    text = (f"#ifndef MGE_DEF_{name}\n#define MGE_DEF_{name}\n"
+            f"struct {name} {{\n"
+            f"    typedef {in_t} in_t; typedef {acc} acc_t; typedef {out_t} out_t;\n"
+            f"{body}"
+            f"    MGE_MEMBER acc_t load({load}\n"
+            f"    MGE_MEMBER out_t store(acc_t a, long long count) {{ (void)count; "
+            f"return {store}; }}\n}};\n#endif\n")
+    return in_t, out_t, text
+
+
+# -- kernels --------------------------------------------------------------------------------------
+
+def _error(exc, what, message, dtypes=()):
+    names = ", ".join(str(d) for d in dtypes)
+    return exc(f"CUDA {what}: {message}" + (f" (dtypes: {names})" if names else ""))
+
+
+def _dtype(what, d):
+    try:
+        d = np.dtype(d)
+    except TypeError as e:
+        raise _error(TypeError, what, f"not a dtype ({e})", [d]) from None
+    if d not in _TYPES:
+        raise _error(TypeError, what, f"unsupported dtype {d} (the CUDA kernels take "
+                     f"{', '.join(str(t) for t in SUPPORTED_DTYPES)})", [d])
+    return d
+
+
+def _reduce_mode(mode, what="Reduce kernel"):
+    name = mode.lower() if isinstance(mode, str) else mode
+    if name not in REDUCE_KERNEL_MODES:
+        raise ValueError(f"CUDA {what}: unknown mode {mode!r}; expected one of "
+                         f"{list(REDUCE_KERNEL_MODES)}")
+    return name
+
+
+def _op_name(mode):
+    return {"argmax": "Argmax", "argmin": "Argmin"}.get(mode, f"Reduce({mode!r})")
+
+
+def reduce_kernel(mode, in_dtype, out_dtype=None, stage="full"):
+    """The CUDA tile kernel of ``Reduce(mode)`` (or ``Argmax``/``Argmin`` for ``mode`` "argmax"/
+    "argmin") of an ``in_dtype`` input.
+
+    ``out_dtype`` defaults to (and must be) the op's output dtype.  ``stage``: "full" reduces
+    into the output; "partial" writes each split's accumulator to a workspace; "final" combines a
+    workspace's accumulators into the output (``STAGES``).  Parameters (``KernelSource.params``):
+    ``out, in, long long outer, long long n, long long inner, long long chunk, long long count``
+    (``count``: a mean's divisor); launch it as ``reduce_launch`` says.  A ``ValueError`` for an
+    unknown mode or stage, a ``TypeError`` for an unsupported dtype or a wrong ``out_dtype``; both
+    name the op and the dtypes."""
+    mode = _reduce_mode(mode)
+    what = f"{_op_name(mode)} kernel"
+    d = _dtype(what, in_dtype)
+    out = _out_dtype(mode, d)
+    if out_dtype is not None and _dtype(what, out_dtype) != out:
+        raise _error(TypeError, what, f"gives {out}, not {np.dtype(out_dtype)}", [d])
+    if stage not in STAGES:
+        raise ValueError(f"CUDA {what}: unknown stage {stage!r}; expected one of {list(STAGES)}")
+    return _reduce_kernel(mode, d, stage)
+
+
+@functools.lru_cache(maxsize=None)  # the device asks at every launch; the text is made once
+def _reduce_kernel(mode, d, stage):
+    out = _out_dtype(mode, d)
+    tag = "" if stage == "full" else f"_{stage}"
+    base = f"{mode}_{_code(d)}" if mode in ("argmax", "argmin") else \
+        f"reduce_{mode}_{_code(d)}_to_{_code(out)}"
+    op = f"mge_rop_{base}{tag}"
+    in_t, out_t, op_text = _op_struct(op, mode, d, stage)
+    name = f"mge_{base}{tag}"
+    params = (f"{out_t}* out", f"const {in_t}* in", "long long outer", "long long n",
+              "long long inner", "long long chunk", "long long count")
+    text = (f"MGE_KERNEL {name}({', '.join(params)})\n"
+            f"{{\n    mge_reduce_tile<{op}>(out, in, outer, n, inner, chunk, count);\n}}\n")
+    parts = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+             (op, op_text), (name, text))
+    return KernelSource(name, parts, params, True, 64, 1)
+
+
+def cumsum_kernel(in_dtype, out_dtype=None):
+    """The CUDA tile-scan kernel of ``CumSum`` of an ``in_dtype`` input (bool counts in int32;
+    the output dtype is the op's).  Parameters: ``out, in, long long outer, long long n, long long
+    inner, long long chunk, const A* carry, int exclusive, int reverse`` (``A`` the accumulator;
+    ``carry`` may be NULL); launch it as ``cumsum_launch`` says."""
+    d = _dtype("CumSum kernel", in_dtype)
+    out = cumsum_dtype(d)
+    if out_dtype is not None and _dtype("CumSum kernel", out_dtype) != out:
+        raise _error(TypeError, "CumSum kernel", f"gives {out}, not {np.dtype(out_dtype)}", [d])
+    return _scan_kernel(d, False)
+
+
+def _raw_scan_kernel(d):
+    """The scan of the accumulators of ``d``'s cumsum (a long scan's chunk totals)."""
+    return _scan_kernel(d, True)
+
+
+@functools.lru_cache(maxsize=None)
+def _scan_kernel(d, raw):
+    acc = _sum_acc(d)
+    if raw:
+        code = _ACC[acc][0]
+        name, op = f"mge_scan_raw_{code}", f"mge_sop_raw_{code}"
+        in_t = out_t = acc
+        load, store = "x", "a"
+    else:
+        out = cumsum_dtype(d)
+        name = f"mge_cumsum_{_code(d)}_to_{_code(out)}"
+        op = f"mge_sop_cumsum_{_code(d)}_to_{_code(out)}"
+        in_t, out_t = _storage(d), _storage(out)
+        load, store = _to_acc("x", d, acc), _store_expr("a", acc, out)
+    op_text = (f"#ifndef MGE_DEF_{op}\n#define MGE_DEF_{op}\n"
+               f"struct {op} {{\n"
+               f"    typedef {in_t} in_t; typedef {acc} acc_t; typedef {out_t} out_t;\n"
+               f"    MGE_MEMBER acc_t load(in_t x) {{ return {load}; }}\n"
+               f"    MGE_MEMBER out_t store(acc_t a) {{ return {store}; }}\n}};\n#endif\n")
+    params = (f"{out_t}* out", f"const {in_t}* in", "long long outer", "long long n",
+              "long long inner", "long long chunk", f"const {acc}* carry", "int exclusive",
+              "int reverse")
+    text = (f"MGE_KERNEL {name}({', '.join(params)})\n"
+            f"{{\n    mge_scan_tile<{op}>(out, in, outer, n, inner, chunk, carry, exclusive, "
+            f"reverse);\n}}\n")
+    parts = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+             (op, op_text), (name, text))
+    return KernelSource(name, parts, params, True, 64, 1)
+
+
+# -- launch plans ---------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Launch:
+    """One kernel launch: ``kernel`` on a ``grid`` of ``block`` threads (both (x, y, z)) with
+    ``shared`` bytes of dynamic shared memory.  ``args`` are its parameters in order: a buffer by
+    name ("out", "in", the op's other inputs, or "ws0", "ws1"... for the plan's workspaces), None
+    for a NULL pointer, or a scalar (int or float) of the parameter's C type."""
+
+    kernel: KernelSource
+    grid: tuple
+    block: tuple
+    shared: int
+    args: tuple
+
+
+@dataclass(frozen=True)
+class Plan:
+    """How to run an op: ``launches`` in order (on one stream), ``workspace`` the byte sizes of
+    the scratch buffers "ws0", "ws1"... they use (allocated for the plan, freed after it), and
+    ``view`` the ``(outer, n, inner)`` the input was seen as.  No launches: the output is empty."""
+
+    launches: tuple
+    workspace: tuple
+    view: tuple
+
+
+def _pow2_at_least(v):
+    return 1 << max(0, int(v) - 1).bit_length()
+
+
+def block_shape(n, inner, threads=THREADS):
+    """``(TX, TY)`` of a tile kernel over rows of ``n`` and an ``inner`` stride (see the module):
+    ``TX * TY == threads``; ``TX`` at least 32 (or ``inner`` rounded up) so that a warp reads
+    consecutive addresses, ``TY`` no longer than the row rounded up to a power of two."""
+    tx_min = min(32, _pow2_at_least(inner))
+    ty = max(1, min(_pow2_at_least(max(n, 1)), threads // tx_min))
+    return threads // ty, ty
+
+
+def reduce_view(shape, axis, what="Reduce"):
+    """``(outer, n, inner)`` of a C-contiguous array of ``shape`` reduced over ``axis`` (an int,
+    a tuple, or None for all): the reduced axes must be adjacent once size-1 dims are dropped
+    (else a ``ValueError`` naming the op and the shape: transpose them together first)."""
+    shape = tuple(int(s) for s in shape)
+    axes = normalize_axes(axis if not isinstance(axis, list) else tuple(axis), len(shape))
+    if axes is None:
+        raise ValueError(f"CUDA {what}: axis {axis!r} is out of range or repeated for shape "
+                         f"{shape}")
+    big = [a for a in axes if shape[a] != 1]
+    if big and big[-1] - big[0] + 1 != len(big):
+        between = [a for a in range(big[0], big[-1]) if a not in axes and shape[a] != 1]
+        if between:
+            raise ValueError(f"CUDA {what}: axes {axes} of shape {shape} are not adjacent (the "
+                             f"kernels reduce one run of axes; transpose them together first)")
+    if not big:
+        outer = math.prod(shape)
+        return outer, 1, 1
+    first, last = big[0], big[-1]
+    outer = math.prod(shape[:first])
+    n = math.prod(shape[first:last + 1])
+    inner = math.prod(shape[last + 1:])
+    return outer, n, inner
+
+
+def _splits(m, n, tx, ty):
+    """How many chunks each row is cut into: 1 unless the tiles are too few for the GPU and the
+    rows long enough to share."""
+    tiles = -(-m // tx)
+    if tiles >= _TARGET_BLOCKS or n < 2 * ty * _MIN_PER_THREAD:
+        return 1
+    return int(min(-(-_TARGET_BLOCKS // tiles), n // (ty * _MIN_PER_THREAD), _MAX_GRID_Y))
+
+
+def _tile_launch(kernel, m, n, inner, splits, args, shared_per_thread, extra_per_tx=0):
+    tx, ty = block_shape(n, inner)
+    tiles = -(-m // tx)
+    grid = (int(min(tiles, _MAX_GRID_X)), int(splits), 1)
+    shared = shared_per_thread * tx * ty + extra_per_tx * tx
+    return Launch(kernel, grid, (tx, ty, 1), shared, tuple(args))
+
+
+def reduce_launch(mode, in_dtype, shape, axis=None):
+    """The ``Plan`` of ``Reduce(mode)`` (or "argmax"/"argmin") of a C-contiguous ``in_dtype``
+    array of ``shape`` over ``axis``: a "full" kernel, or for few outputs of long rows a "partial"
+    kernel over ``gridDim.y`` chunks into workspace "ws0" and a "final" one over it."""
+    mode = _reduce_mode(mode)
+    d = _dtype(f"{_op_name(mode)} kernel", in_dtype)
+    outer, n, inner = reduce_view(shape, axis, _op_name(mode))
+    m = outer * inner
+    if mode in ("argmax", "argmin") and n >= 2 ** 31:
+        raise ValueError(f"CUDA {_op_name(mode)}: an axis of {n} elements (shape "
+                         f"{tuple(shape)}) has indices beyond int32")
+    if m == 0:
+        return Plan((), (), (outer, n, inner))
+    size = _acc_itemsize(_acc(mode, d))
+    tx, ty = block_shape(n, inner)
+    splits = _splits(m, n, tx, ty)
+    if splits == 1:
+        launch = _tile_launch(reduce_kernel(mode, d), m, n, inner, 1,
+                              ("out", "in", outer, n, inner, n, n), size)
+        return Plan((launch,), (), (outer, n, inner))
+    chunk = -(-n // splits)
+    splits = -(-n // chunk)
+    first = _tile_launch(reduce_kernel(mode, d, stage="partial"), m, n, inner, splits,
+                         ("ws0", "in", outer, n, inner, chunk, n), size)
+    second = _tile_launch(reduce_kernel(mode, d, stage="final"), m, splits, m, 1,
+                          ("out", "ws0", 1, splits, m, splits, n), size)
+    return Plan((first, second), (splits * m * size,), (outer, n, inner))
+
+
+def cumsum_launch(in_dtype, shape, axis, exclusive=False, reverse=False):
+    """The ``Plan`` of ``CumSum(axis, exclusive, reverse)`` of a C-contiguous ``in_dtype`` array
+    of ``shape``: one scan kernel, or for few long columns three launches (chunk sums into "ws0",
+    their exclusive scan into "ws1", the chunks' scans from it)."""
+    d = _dtype("CumSum kernel", in_dtype)
+    if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
+        raise TypeError(f"CUDA CumSum: axis must be an int, got {axis!r}")
+    outer, n, inner = reduce_view(shape, int(axis), "CumSum")
+    m = outer * inner
+    if m == 0 or n == 0:
+        return Plan((), (), (outer, n, inner))
+    size = _acc_itemsize(_sum_acc(d))
+    flags = (int(bool(exclusive)), int(bool(reverse)))
+    scan = cumsum_kernel(d)
+    tx, ty = block_shape(n, inner)
+    splits = _splits(m, n, tx, ty)
+    if splits == 1:
+        launch = _tile_launch(scan, m, n, inner, 1,
+                              ("out", "in", outer, n, inner, n, None, *flags), 2 * size, size)
+        return Plan((launch,), (), (outer, n, inner))
+    chunk = -(-n // splits)
+    splits = -(-n // chunk)
+    totals = _tile_launch(reduce_kernel("sum", _B if d == _B else d, stage="partial"), m, n,
+                          inner, splits, ("ws0", "in", outer, n, inner, chunk, n), size)
+    carries = _tile_launch(_raw_scan_kernel(d), m, splits, m, 1,
+                           ("ws1", "ws0", 1, splits, m, splits, None, 1, flags[1]), 2 * size,
+                           size)
+    chunks = _tile_launch(scan, m, n, inner, splits,
+                          ("out", "in", outer, n, inner, chunk, "ws1", *flags), 2 * size, size)
+    return Plan((totals, carries, chunks), (splits * m * size, splits * m * size),
+                (outer, n, inner))
