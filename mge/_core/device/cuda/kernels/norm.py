@@ -135,11 +135,14 @@ class Launch:
 
 @dataclass(frozen=True)
 class LaunchPlan:
-    """What the CUDA device runs for one op: ``launches`` in stream order and ``workspace``, the
-    bytes of scratch memory they share (8-byte aligned offsets; 0: none)."""
+    """What the CUDA device runs for one op: ``launches`` in stream order, ``workspace``, the
+    bytes of scratch memory they share (8-byte aligned offsets; 0: none), and ``checks``: flags
+    in the workspace that the device zeroes before the launches and reads after them, raising
+    the check's error when one is set (``rng.Check``; the kernels cannot raise)."""
 
     launches: tuple
     workspace: int = 0
+    checks: tuple = ()
 
     @property
     def kernels(self):
