@@ -1,0 +1,48 @@
+"""A ``cudahost`` device kind (``cudahost0``, ``cudahost1``...) for tests: the CUDA device's code
+on a host emulation of a GPU.
+
+``cudahost<N>`` is ``CudaDevice(N, backend=HostBackend(capacity=CAPACITY))``
+(``mge/_core/device/cuda/device.py`` and ``host_backend.py``): the CUDA device's buffers, views,
+caching pool, launchers and kernel sources -- built with g++ instead of NVRTC and run on host
+memory at real addresses -- under the whole runtime (``mge.tensor(x, device="cudahost0")``, the
+channel, autodiff, DTR, memory statistics), on machines without a GPU.  Its buffers are
+``CudaBuffer``s, not arrays: as with the ``opaque`` device, a numpy assumption above the device
+layer fails here.
+
+``register()`` registers the kind once (idempotent: the devices, their pools and counters stay);
+``device(name)`` is the ``CudaDevice`` behind a name.  A test that needs a fresh pool builds its
+own ``CudaDevice`` over its own ``HostBackend``, or re-registers with ``register(capacity=...,
+fresh=True)``.
+"""
+from mge._core.device import DEVICE_KINDS, as_device, register_device_kind
+from mge._core.device.cuda.device import CudaDevice
+from mge._core.device.cuda.host_backend import HostBackend
+
+__all__ = ["KIND", "CAPACITY", "register", "device", "make"]
+
+KIND = "cudahost"
+CAPACITY = 256 << 20  # bytes of emulated device memory per device
+
+
+def make(index, capacity=CAPACITY):
+    """A ``CudaDevice`` of the ``cudahost`` kind over a new ``HostBackend``."""
+    return CudaDevice(index, backend=HostBackend(capacity=capacity, index=index), kind=KIND)
+
+
+def register(capacity=CAPACITY, fresh=False):
+    """Register the kind (once, unless ``fresh``: then new devices with ``capacity`` bytes)."""
+    kind = DEVICE_KINDS.get(KIND)
+    if fresh or kind is None or getattr(kind.factory, "_cuda_host", False) is not True:
+        def factory(index):
+            return make(index, capacity)
+        factory._cuda_host = True
+        register_device_kind(KIND, factory)
+
+
+def device(name="cudahost0"):
+    """The ``CudaDevice`` behind ``name`` (registers the kind first)."""
+    register()
+    return as_device(name).impl
+
+
+register()
