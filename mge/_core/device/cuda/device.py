@@ -361,8 +361,8 @@ class CudaDevice(Device):
         launcher = _launch.lookup(type(op))
         if launcher is None:
             raise NotImplementedError(
-                f"{op.name} has no CUDA kernel yet (device {self.name}); the op runs on cpu0 "
-                f"(move its inputs with Tensor.to('cpu0'))")
+                f"{op.name} has no CUDA kernel yet (device {self.name}); to run it on the CPU, "
+                f"move its inputs there first (Tensor.to('cpu0'))")
         args = list(inputs)
         for k, buf in enumerate(args):
             if isinstance(buf, np.ndarray) and op.sets_device:

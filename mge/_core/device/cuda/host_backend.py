@@ -21,12 +21,20 @@ runtime on top -- runs the code a GPU runs:
   them (block at most 1024 threads, grid dims, dynamic shared memory).
 * **Thread indices.**  The host build of a grid-stride kernel is a serial loop and ignores grid
   and block.  A kernel that needs its thread and block indices (a block-per-row reduction with a
-  shared-memory tree) is emulated by its own host code -- e.g. macros that run the threads of a
-  block one after another between barriers -- and learns the launch shape through this
-  convention: when the kernel's library exports ``extern "C" void mge_host_set_launch(unsigned
-  gx, unsigned gy, unsigned gz, unsigned bx, unsigned by, unsigned bz, unsigned long long
-  shared)``, it is called with the launch's grid, block and dynamic shared bytes right before
-  the kernel.
+  shared-memory tree) emulates them in its own host code -- macros that run the threads of a
+  block one after another, phase by phase between barriers -- and learns the launch shape from
+  the runner before each call, by whichever of the conventions of ``kernels/`` its library
+  exports (looked up once per library):
+
+  - ``mge_host_launch(gx, gy, bx, by, shared_bytes)`` (``reduce.py``, ``softmax.py``), and
+    afterwards ``int mge_host_error``: nonzero means the kernel needed more dynamic shared
+    memory than the launch gave (a ``LaunchError`` here);
+  - ``mge_host_set_launch(grid, block)`` (``norm.py``'s block prelude: 1-D launches);
+  - the globals ``mge_host_grid`` and ``mge_host_block``, three ``unsigned`` each
+    (``relayout.py``'s block prelude), written before the call.
+
+  Kernels whose preludes differ (or clash: two preludes under one guard) are built as separate
+  libraries, each loaded on its own (``RTLD_LOCAL``), so such globals never meet.
 * **GEMM** is numpy on strided views of that memory, following cuBLAS's column-major semantics
   argument by argument (``backend.check_gemm``): ``A`` is read as ``lda``-strided columns,
   ``beta == 0`` does not read ``C``, float16 accumulates in float32.  So the device's row-major
@@ -134,7 +142,7 @@ class HostBackend(Backend):
         self._reserved = 0
         self.launches = collections.Counter()
         self.gemms = []
-        self.builds = 0
+        self.builds = 0         # libraries this backend built (the build cache is shared)
         self.htod_bytes = 0
         self.dtoh_bytes = 0
         self._structs = {}      # numpy struct dtype -> ctypes Structure
@@ -229,30 +237,33 @@ class HostBackend(Backend):
 
     # -- kernels ---------------------------------------------------------------------------------
     def preload(self, kernels):
-        """Build every kernel of ``kernels`` not built yet in this process into one library (a
-        later ``load`` of any of them takes it from there)."""
+        """Build every kernel of ``kernels`` not built yet in this process (one library per group
+        of kernels with the same preludes); a later ``load`` of any of them takes it from
+        there."""
         with _build_lock:
-            missing = list({_key(k): k for k in kernels if _key(k) not in _libraries}.values())
-            if missing:
-                self._build(missing)
+            self._build_missing(kernels)
 
     def load(self, kernels):
         """A ``HostModule`` of ``kernels``: built with g++ (those not built yet, together)."""
         kernels = list(kernels)
         with _build_lock:
-            missing = list({_key(k): k for k in kernels if _key(k) not in _libraries}.values())
-            if missing:
-                self._build(missing)
+            self._build_missing(kernels)
             entries = {k.name: (_libraries[_key(k)], [parse_param(p) for p in k.params])
                        for k in kernels}
         return HostModule(entries)
 
-    def _build(self, kernels):
-        lib = hostbuild.build([program(kernels)], _directory(), jobs=1,
-                              name=f"k{next(_build_counter)}")
-        self.builds += 1
+    def _build_missing(self, kernels):
+        groups = {}
         for k in kernels:
-            _libraries[_key(k)] = lib
+            if _key(k) not in _libraries:
+                groups.setdefault(_family(k), {})[_key(k)] = k
+        for group in groups.values():
+            members = list(group.values())
+            lib = hostbuild.build([program(members)], _directory(), jobs=1,
+                                  name=f"k{next(_build_counter)}")
+            self.builds += 1
+            for k in members:
+                _libraries[_key(k)] = lib
 
     def launch(self, module, name, grid, block, args, shared_bytes=0):
         """Run kernel ``name`` of ``module`` on ``args`` now (see the module docstring)."""
@@ -279,11 +290,23 @@ class HostBackend(Backend):
                     t = self._structs[v.dtype] = ctypes_struct(v.dtype)
                 argtypes.append(t)
                 cargs.append(t.from_buffer_copy(v.tobytes()))
-        if "mge_host_set_launch" in lib:
-            setter = lib.function("mge_host_set_launch", [ctypes.c_uint] * 6 + [ctypes.c_ulonglong])
-            setter(*grid, *block, int(shared_bytes))
+        convention = _convention(lib)
+        if convention == "launch5":
+            lib.function("mge_host_launch", [ctypes.c_uint] * 5)(
+                grid[0], grid[1], block[0], block[1], int(shared_bytes))
+        elif convention == "set_launch2":
+            lib.function("mge_host_set_launch", [ctypes.c_uint] * 2)(grid[0], block[0])
+        elif convention == "dim3":
+            (ctypes.c_uint * 3).in_dll(lib.lib, "mge_host_grid")[:] = grid
+            (ctypes.c_uint * 3).in_dll(lib.lib, "mge_host_block")[:] = block
         lib.function(name, argtypes)(*cargs)
         self.launches[name] += 1
+        if convention == "launch5" and "mge_host_error" in lib:
+            error = ctypes.c_int.in_dll(lib.lib, "mge_host_error").value
+            if error:
+                raise LaunchError(f"launch of {name}: the kernel needs more dynamic shared "
+                                  f"memory than the launch gave ({shared_bytes} bytes; "
+                                  f"mge_host_error={error})")
 
     # -- GEMM ------------------------------------------------------------------------------------
     def gemm(self, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
@@ -332,6 +355,30 @@ class HostBackend(Backend):
     def event(self):
         """An immediate ``Event``."""
         return Event()
+
+
+def _family(kernel):
+    # kernels built into one translation unit: those with the same preludes (a guard may name
+    # different texts in different kernel modules, and preludes define clashing globals)
+    return tuple((guard, text) for guard, text in kernel.parts if "PRELUDE" in guard)
+
+
+_conventions = {}  # library path -> how its kernels learn the launch shape (module docstring)
+
+
+def _convention(lib):
+    c = _conventions.get(lib.path)
+    if c is None:
+        if "mge_host_launch" in lib:
+            c = "launch5"
+        elif "mge_host_set_launch" in lib:
+            c = "set_launch2"
+        elif "mge_host_grid" in lib and "mge_host_block" in lib:
+            c = "dim3"
+        else:
+            c = "none"
+        _conventions[lib.path] = c
+    return c
 
 
 def _contiguous(host_array, what):
