@@ -1,0 +1,364 @@
+"""CUDA C for the optimizers' fused update ops (``SGDUpdate``, ``AdamUpdate``, ``AdagradUpdate``,
+``AdadeltaUpdate``, ``RMSpropUpdate``) and their launch plans.
+
+One update is one elementwise kernel over the parameter (a grid-stride loop, ``MGE_LOOP`` of
+``elemwise.py``: on the host a serial loop), then, for the optimizers with a step counter, a
+one-thread kernel that writes ``step + 1``.  Each element is read and written by one thread, so
+the outputs may be the inputs' own buffers (the update in place); the counter is written by the
+second kernel, after every thread of the first has read it (stream order).  Each thread
+computes the step-dependent factors (``1 / (1 - beta ** t)``, Adagrad's decayed rate) once, in
+double, from the counter, as the CPU kernel computes them in Python.
+
+**Same bits as the CPU kernel.**  Each kernel is written from the CPU kernel's numpy
+statements through a small expression builder (``_Builder``) that follows numpy's dtype rules
+step by step: the result of an operation has the operands' promoted dtype, a Python float is a
+*weak* scalar converted to the array's dtype (NEP 50), an in-place ``+=`` casts back to the
+left side's dtype, ``astype`` casts.  float16 values are carried in float and rounded to
+float16 after every operation, as numpy's float16 loops do (+, -, *, /, sqrt computed in float
+and rounded once are correctly rounded float16 results: float has more than 2 * 11 + 2 bits).
+With no fused multiply-adds (``NVRTC_OPTIONS``) and IEEE division and square root (NVRTC's
+defaults), float32 and float64 results are the CPU's bit for bit, float16 ones too; the only
+exception is ``beta ** t`` (see ``DIFFERENCES``).  The kernels are specialised on the op's
+branches (``weight_decay != 0``, ``momentum != 0``, ``nesterov``, ``decoupled``, ``centered``):
+the CPU kernel skips those operations rather than computing with zeros.
+
+Dtypes: parameter, gradient and states each float16, float32 or float64 (mge keeps the states
+in float32 for float16 parameters), the step counter any of them.
+"""
+import functools
+
+import numpy as np
+
+from ....ops.base import INFER, TensorDesc
+from ....ops.optimizer import (
+    AdadeltaUpdate, AdagradUpdate, AdamUpdate, RMSpropUpdate, SGDUpdate,
+)
+from .elemwise import _PRELUDE, KernelSource
+from .norm import BLOCK_PRELUDE, FLOAT_DTYPES, MAX_GRID, Buffer, Launch, LaunchPlan
+
+__all__ = ["NVRTC_OPTIONS", "NTHREADS", "DIFFERENCES", "update_kernels", "update_plan",
+           "OPTIMIZER_OPS"]
+
+#: NVRTC flags: no contraction into fused multiply-adds (the CPU's roundings).
+NVRTC_OPTIONS = ("--fmad=false",)
+#: Threads per block of the update kernels.
+NTHREADS = 256
+
+DIFFERENCES = """\
+* Adam's bias corrections 1 / (1 - beta ** t) are computed in double with CUDA's pow (at most 2
+  ulp of double from the correctly rounded value; Python's pow is glibc's, correctly rounded in
+  practice): the factor can differ in its last double bit, which changes the float32 result
+  only when that factor lies within an ulp of double of a float32 rounding boundary.
+  Everything else gives the CPU kernel's bits (the host build, which uses glibc's pow, checks
+  that exactly).
+"""
+
+_F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
+_CODE = {_F16: "f16", _F32: "f32", _F64: "f64"}
+_STORAGE = {_F16: "unsigned short", _F32: "float", _F64: "double"}
+
+#: The update ops these kernels implement.
+OPTIMIZER_OPS = (SGDUpdate, AdamUpdate, AdagradUpdate, AdadeltaUpdate, RMSpropUpdate)
+
+_OPT_PRELUDE = r"""#ifndef MGE_OPT_PRELUDE
+#define MGE_OPT_PRELUDE
+/* float16 rounding of a value carried in float or double */
+MGE_FN float mge_r16(float v) { return mge_h2f(mge_f2h(v)); }
+MGE_FN float mge_r16(double v) { return mge_h2f(mge_d2h(v)); }
+#endif
+"""
+_PARTS = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_NORM_BLOCK_PRELUDE", BLOCK_PRELUDE),
+          ("MGE_OPT_PRELUDE", _OPT_PRELUDE))
+
+
+# -- the expression builder: numpy's dtype rules, one statement per operation ---------------------
+
+class _V:
+    """A value: C expression ``c`` of numpy dtype ``dtype`` (None: a weak Python float, a C
+    double expression)."""
+
+    def __init__(self, c, dtype):
+        self.c, self.dtype = c, dtype
+
+
+def _ct(d):
+    return "double" if d == _F64 else "float"
+
+
+class _Builder:
+    """Emits the statements of one element's update, each a local of the operation's dtype."""
+
+    def __init__(self):
+        self.lines = []
+        self._n = 0
+
+    def _local(self, expr, dtype):
+        name = f"v{self._n}"
+        self._n += 1
+        self.lines.append(f"{_ct(dtype)} {name} = {expr};")
+        return _V(name, dtype)
+
+    def load(self, ptr, dtype):
+        """Element ``i`` of the array ``ptr``."""
+        return self._local(f"({_ct(dtype)})mge_ldf({ptr}, i)", dtype)
+
+    @staticmethod
+    def scalar(c):
+        """A Python float (a C double expression): weak."""
+        return _V(f"({c})", None)
+
+    def to(self, v, d):
+        """C for ``v`` converted to dtype ``d`` (rounded to float16 where ``d`` is)."""
+        if v.dtype == d:
+            return v.c
+        if d == _F16:
+            return f"mge_r16({v.c})"
+        return f"({_ct(d)})({v.c})"
+
+    def cast(self, v, d):
+        """``v.astype(d)``."""
+        return v if v.dtype == d else self._local(self.to(v, d), d)
+
+    def op(self, sym, a, b):
+        """``a sym b`` in numpy's result dtype."""
+        if a.dtype is None and b.dtype is None:
+            return _V(f"({a.c} {sym} {b.c})", None)
+        d = b.dtype if a.dtype is None else a.dtype if b.dtype is None else \
+            np.result_type(a.dtype, b.dtype)
+        expr = f"{self.to(a, d)} {sym} {self.to(b, d)}"
+        return self._local(f"mge_r16({expr})" if d == _F16 else expr, d)
+
+    def iop(self, sym, a, b):
+        """``a sym= b``: the result cast back to ``a``'s dtype."""
+        return self.cast(self.op(sym, a, b), a.dtype)
+
+    def sqrt(self, a):
+        expr = f"mge_sqrt({a.c})"
+        return self._local(f"mge_r16({expr})" if a.dtype == _F16 else expr, a.dtype)
+
+    def square(self, a):
+        return self.op("*", a, a)
+
+
+# -- the updates, statement by statement as device/cpu/kernels/optimizer.py -----------------------
+
+def _sgd(b, flags, param, grad, states):
+    wd, momentum, nesterov = flags
+    if wd:
+        grad = b.op("+", grad, b.op("*", param, b.scalar("weight_decay")))
+    outs = []
+    if momentum:
+        v = b.op("*", states[0], b.scalar("momentum"))
+        v = b.iop("+", v, grad)
+        grad = b.op("+", grad, b.op("*", v, b.scalar("momentum"))) if nesterov else v
+        outs = [b.cast(v, states[0].dtype)]
+    # handoff.add_scaled: param + (grad * -lr) in the parameter's dtype
+    p = param.dtype
+    new = b.op("+", param, b.op("*", b.cast(grad, p), b.cast(b.scalar("-lr"), p)))
+    return [new] + outs
+
+
+def _adam(b, flags, param, grad, states):
+    wd, decoupled = flags
+    exp_avg, exp_avg_sq = states
+    if wd and not decoupled:
+        grad = b.op("+", grad, b.op("*", param, b.scalar("weight_decay")))
+    m = b.op("*", exp_avg, b.scalar("beta0"))
+    m = b.iop("+", m, b.op("*", grad, b.scalar("1.0 - beta0")))
+    v = b.op("*", exp_avg_sq, b.scalar("beta1"))
+    v = b.iop("+", v, b.op("*", b.square(grad), b.scalar("1.0 - beta1")))
+    denom = b.sqrt(b.op("*", v, b.scalar("1.0 / (1.0 - mge_pow(beta1, t))")))
+    denom = b.iop("+", denom, b.scalar("eps"))
+    delta = b.op("*", m, b.scalar("1.0 / (1.0 - mge_pow(beta0, t))"))
+    delta = b.iop("/", delta, denom)
+    if wd and decoupled:
+        delta = b.iop("+", delta, b.op("*", param, b.scalar("weight_decay")))
+    new = b.cast(b.op("-", param, b.op("*", delta, b.scalar("lr"))), param.dtype)
+    return [new, m, v]
+
+
+def _adagrad(b, flags, param, grad, states):
+    (wd,) = flags
+    if wd:
+        grad = b.op("+", grad, b.op("*", param, b.scalar("weight_decay")))
+    sq = b.op("+", states[0], b.square(grad))
+    delta = b.op("/", grad, b.sqrt(b.op("+", sq, b.scalar("eps"))))
+    clr = b.scalar("lr / (1.0 + (t - 1.0) * lr_decay)")
+    new = b.cast(b.op("-", param, b.op("*", delta, clr)), param.dtype)
+    return [new, sq]
+
+
+def _adadelta(b, flags, param, grad, states):
+    (wd,) = flags
+    square_avg, acc_delta = states
+    if wd:
+        grad = b.op("+", grad, b.op("*", param, b.scalar("weight_decay")))
+    sq = b.op("*", square_avg, b.scalar("rho"))
+    sq = b.iop("+", sq, b.op("*", b.square(grad), b.scalar("1.0 - rho")))
+    delta = b.op("*", b.op("/", b.sqrt(b.op("+", acc_delta, b.scalar("eps"))),
+                           b.sqrt(b.op("+", sq, b.scalar("eps")))), grad)
+    new = b.cast(b.op("-", param, b.op("*", delta, b.scalar("lr"))), param.dtype)
+    acc = b.op("*", acc_delta, b.scalar("rho"))
+    acc = b.iop("+", acc, b.op("*", b.square(delta), b.scalar("1.0 - rho")))
+    return [new, sq, acc]
+
+
+def _rmsprop(b, flags, param, grad, states):
+    wd, centered, momentum = flags
+    square_avg, rest = states[0], states[1:]
+    if wd:
+        grad = b.op("+", grad, b.op("*", param, b.scalar("weight_decay")))
+    sq = b.op("*", square_avg, b.scalar("alpha"))
+    sq = b.iop("+", sq, b.op("*", b.square(grad), b.scalar("1.0 - alpha")))
+    outs = []
+    if centered:
+        g_avg = b.op("*", rest[-1], b.scalar("alpha"))
+        g_avg = b.iop("+", g_avg, b.op("*", grad, b.scalar("1.0 - alpha")))
+        avg = b.sqrt(b.op("-", sq, b.square(g_avg)))
+    else:
+        avg = b.sqrt(sq)
+    avg = b.iop("+", avg, b.scalar("eps"))
+    if momentum:
+        buf = b.op("*", rest[0], b.scalar("momentum"))
+        buf = b.iop("+", buf, b.op("/", grad, avg))
+        new = b.cast(b.op("-", param, b.op("*", buf, b.scalar("lr"))), param.dtype)
+        outs.append(buf)
+    else:
+        new = b.cast(b.op("-", param, b.op("*", b.op("/", grad, avg), b.scalar("lr"))),
+                     param.dtype)
+    if centered:
+        outs.append(g_avg)
+    return [new, sq] + outs
+
+
+# op class -> (name, flags of the op, number of array states given the flags, has a step
+# counter, scalar fields, the builder function)
+_UPDATES = {
+    SGDUpdate: ("sgd", lambda op: (op.weight_decay != 0.0, op.momentum != 0.0,
+                                   bool(op.nesterov) and op.momentum != 0.0),
+                lambda f: 1 if f[1] else 0, False, ("lr", "momentum", "weight_decay"), _sgd),
+    AdamUpdate: ("adam", lambda op: (op.weight_decay != 0.0, bool(op.decoupled)),
+                 lambda f: 2, True, ("lr", "beta0", "beta1", "eps", "weight_decay"), _adam),
+    AdagradUpdate: ("adagrad", lambda op: (op.weight_decay != 0.0,), lambda f: 1, True,
+                    ("lr", "lr_decay", "eps", "weight_decay"), _adagrad),
+    AdadeltaUpdate: ("adadelta", lambda op: (op.weight_decay != 0.0,), lambda f: 2, True,
+                     ("lr", "rho", "eps", "weight_decay"), _adadelta),
+    RMSpropUpdate: ("rmsprop", lambda op: (op.weight_decay != 0.0, bool(op.centered),
+                                           op.momentum != 0.0),
+                    lambda f: 1 + int(f[1]) + int(f[2]), True,
+                    ("lr", "alpha", "eps", "weight_decay", "momentum"), _rmsprop),
+}
+
+
+def _op_class(op):
+    cls = type(op)
+    if cls not in _UPDATES:
+        raise TypeError(f"CUDA optimizer kernel: {cls.__name__} is no update op (these kernels: "
+                        f"{', '.join(c.__name__ for c in OPTIMIZER_OPS)})")
+    return cls
+
+
+def _check_dtypes(op, dtypes):
+    try:
+        dts = tuple(np.dtype(d) for d in dtypes)
+    except TypeError as e:
+        raise TypeError(f"CUDA {op.name} kernel: not a dtype ({e}) (dtypes: {dtypes})") from None
+    bad = [d for d in dts if d not in FLOAT_DTYPES]
+    if bad:
+        raise TypeError(f"CUDA {op.name} kernel: unsupported dtype {bad[0]} (these kernels take "
+                        f"float16, float32 and float64; dtypes: "
+                        f"{', '.join(str(d) for d in dts)})")
+    return dts
+
+
+def update_kernels(op, dtypes):
+    """The kernels of update op ``op`` on inputs of ``dtypes`` (``(param, grad, *states)`` in the
+    op's order, the step counter included): a dict with ``update`` and, for the optimizers with
+    a step counter, ``step``.  A ``TypeError`` names the op and the dtypes it refuses (wrong
+    count included)."""
+    cls = _op_class(op)
+    name, flags_of, nstates, has_step, _, _ = _UPDATES[cls]
+    flags = flags_of(op)
+    dts = _check_dtypes(op, dtypes)
+    want = 2 + nstates(flags) + int(has_step)
+    if len(dts) != want:
+        raise TypeError(f"CUDA {op.name} kernel: {want} inputs expected for these settings, got "
+                        f"{len(dts)} (dtypes: {', '.join(str(d) for d in dts)})")
+    return _update_kernels(cls, flags, dts)
+
+
+def _state_positions(cls, flags, n):
+    """Input positions of the array states and of the step counter (None: none)."""
+    if cls is SGDUpdate:
+        return list(range(2, n)), None
+    if cls is RMSpropUpdate:  # (param, grad, square_avg, step, [buf], [g_avg])
+        return [2] + list(range(4, n)), 3
+    return list(range(2, n - 1)), n - 1
+
+
+@functools.lru_cache(maxsize=None)
+def _update_kernels(cls, flags, dts):
+    name, _, _, has_step, scalars, fn = _UPDATES[cls]
+    states, step = _state_positions(cls, flags, len(dts))
+    arrays = [0, 1] + states  # inputs read per element
+    tag = "".join(str(int(f)) for f in flags)
+    sig = "_".join(_CODE[d] for d in dts)
+    b = _Builder()
+    vals = {k: b.load(f"in{k}", dts[k]) for k in arrays}
+    outs = fn(b, flags, vals[0], vals[1], [vals[k] for k in states])
+    out_dts = [dts[0]] + [dts[k] for k in states]
+    stores = [f"mge_stf(out{j}, i, {v.c});" for j, v in enumerate(outs)]
+    params = [f"{_STORAGE[d]}* out{j}" for j, d in enumerate(out_dts)]
+    params += [f"const {_STORAGE[dts[k]]}* in{k}" for k in arrays]
+    if has_step:
+        params.append(f"const {_STORAGE[dts[step]]}* step")
+    params += ["long long n"] + [f"double {s}" for s in scalars]
+    head = ""
+    if has_step:  # t = float(step + 1) as the CPU kernel takes it, once per thread
+        z = dts[step]
+        t = "mge_ldf(step, 0) + 1.0f" if z != _F64 else "mge_ldf(step, 0) + 1.0"
+        head = f"    double t = (double)({'mge_r16(' + t + ')' if z == _F16 else t});\n"
+    unused = "".join(f"    (void){s};\n" for s in scalars)  # not every variant uses each
+    body = "\n        ".join(b.lines + stores)
+    kname = f"mge_opt_{name}_{tag}_{sig}"
+    text = (f"MGE_KERNEL {kname}({', '.join(params)})\n{{\n{unused}{head}"
+            f"    MGE_LOOP(unsigned long long, i, n) {{\n        {body}\n    }}\n}}\n")
+    out = {"update": KernelSource(kname, _PARTS + ((kname, text),), tuple(params), True, 64,
+                                  len(arrays) + int(has_step))}
+    if has_step:
+        z = dts[step]
+        sname = f"mge_opt_step_{_CODE[z]}"
+        one = "1.0" if z == _F64 else "1.0f"
+        value = f"mge_ldf(step, 0) + {one}"
+        stext = (f"MGE_KERNEL {sname}({_STORAGE[z]}* step_out, const {_STORAGE[z]}* step)\n{{\n"
+                 f"    mge_stf(step_out, 0, {value});\n}}\n")
+        out["step"] = KernelSource(sname, _PARTS + ((sname, stext),),
+                                   (f"{_STORAGE[z]}* step_out", f"const {_STORAGE[z]}* step"),
+                                   True, 64, 1)
+    return out
+
+
+def update_plan(op, shapes, dtypes, grid=None):
+    """The ``LaunchPlan`` of update op ``op`` on inputs of ``shapes`` and ``dtypes`` (the op's
+    order); outputs in the op's order (``param``, then the states, the step counter where the
+    op has one).  Outputs may be their inputs' buffers (in place)."""
+    cls = _op_class(op)
+    INFER[cls](op, [TensorDesc(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)])
+    ks = update_kernels(op, dtypes)
+    _, flags_of, _, has_step, scalars, _ = _UPDATES[cls]
+    states, step = _state_positions(cls, flags_of(op), len(dtypes))
+    n = int(np.prod(shapes[0], dtype=np.int64))
+    # outputs: param, the array states; the step counter's output sits at its input position - 1
+    # (the outputs are the inputs without the gradient)
+    outs = [Buffer("out", 0)] + [Buffer("out", k - 1) for k in states]
+    args = outs + [Buffer("in", k) for k in [0, 1] + states]
+    if has_step:
+        args.append(Buffer("in", step))
+    args += [np.int64(n)] + [np.float64(getattr(op, s)) for s in scalars]
+    launches = []
+    if n:
+        g = grid or max(1, min(MAX_GRID, -(-n // NTHREADS)))
+        launches.append(Launch(ks["update"], g, NTHREADS, tuple(args)))
+    if has_step:
+        launches.append(Launch(ks["step"], 1, 1, (Buffer("out", step - 1), Buffer("in", step))))
+    return LaunchPlan(tuple(launches))
