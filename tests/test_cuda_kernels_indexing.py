@@ -250,11 +250,15 @@ def _views(rng, dtype):
 @pytest.mark.parametrize("dtype", ["int8", "float16", "float32", "int64"])
 def test_copy_launch_copies_every_kind_of_view(run, dtype):
     rng = np.random.default_rng(1)
+    run.launched.clear()
     for v in _views(rng, dtype):
         out = np.zeros(v.shape, v.dtype)
         launch = rl.copy_launch(v.shape, _elems(v), _elems(out), v.itemsize)
         run.run([launch], {"in0": v, "out0": out})
         np.testing.assert_array_equal(out, v)
+    size = np.dtype(dtype).itemsize  # each kernel ran: the tiled transpose, general, dense
+    assert {f"mge_transpose_{size}", f"mge_copy_{size}_s32"} <= set(run.launched)
+    assert any(name.endswith("_c") for name in run.launched)
 
 
 def test_copy_launch_picks_the_fast_paths():
@@ -585,7 +589,8 @@ def test_where(run, mask_dtype):
     np.testing.assert_array_equal(out, want)
 
 
-@pytest.mark.parametrize("n, density", [(5000, 0.3), (1024, 1.0), (700, 0.0), (0, 0.5)])
+@pytest.mark.parametrize("n, density", [(5000, 0.3), (1024, 1.0), (700, 0.0), (0, 0.5),
+                                        (300_000, 0.5)])
 def test_condtake_two_passes(run, n, density):
     rng = np.random.default_rng(13)
     x = _data(rng, "float64", (2 * n,))[::-2]  # strided, backwards
@@ -601,7 +606,7 @@ def test_condtake_two_passes(run, n, density):
                                          **work})
     np.testing.assert_array_equal(out0, want_v)
     np.testing.assert_array_equal(out1, want_i)
-    if n:
+    if n:  # a block per tile; more tiles than the scan's 256 threads: a chunked scan
         assert plan.count_launches[0].grid == (-(-n // ix.CONDTAKE_TILE), 1, 1)
 
 
