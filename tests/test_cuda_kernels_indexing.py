@@ -130,7 +130,8 @@ def test_ptxas_assembles_a_representative_program_for_sm90(nvrtc_ready):
                rl.arange_kernel(np.dtype("int8"), True),
                ix.index_kernel("get", 3, itemsize=1, index_bits=32),
                ix.index_kernel("incr", 1, dtype=F16), ix.index_kernel("incr", 2, dtype="int8"),
-               ix.index_kernel("incr", 1, dtype="float64"), ix.index_kernel("incr", 1, dtype="bool"),
+               ix.index_kernel("incr", 1, dtype="float64"),
+               ix.index_kernel("incr", 1, dtype="bool"),
                ix.index_kernel("incr", 1, dtype="int64"), ix.where_kernel(F16, 2, False, 32),
                ix.condtake_count_kernel(F16), ix.condtake_scan_kernel(),
                ix.condtake_write_kernel("bool", 4)]
