@@ -141,6 +141,18 @@ class Recording:
         self._var_of = {}    # id(handle) -> var, while recording
         self._keep = []      # the handles seen: their ids stay unique while recording
         self._cut = set()    # id(handle) of the op outputs an excluded block cut off
+        self._call_list = None
+
+    def call_list(self):
+        """``calls`` as a list indexed by first op (``None``: no whole call starts there), for
+        the replay's per-op lookup; made again when the recording has grown."""
+        made_from = (len(self.ops), len(self.calls))
+        if self._call_list is None or self._call_list[0] != made_from:
+            cl = [None] * (len(self.ops) + 1)
+            for k, call in self.calls.items():
+                cl[k] = call
+            self._call_list = (made_from, cl)
+        return self._call_list[1]
 
     def _new_var(self, info):
         v = len(self.descs)

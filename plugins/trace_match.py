@@ -7,6 +7,14 @@ holds one replaying call's state: the next recorded op (``pos``), each var's han
 handle never reaches the channel, whose field that is).  ``top`` answers a whole top-level call; ``apply`` is the trace segment's layer, one op at
 a time.  What is not the common case -- a divergence, a rebound capture -- goes back to the
 Python side (``owner``), which raises ``TraceError`` with the details.
+
+A replay makes two objects per op (the placeholder and its virtual handle) and holds them until
+the call ends, and CPython's collector counts each: a chain of a thousand ops ran a young
+collection every few hundred ops, whose survivors went on to the older generations and their full
+collections -- a quarter of the replay's time.  The compiled Match therefore keeps them out of
+the collector (``_untrack``) while the call runs: they hold nothing that could close a cycle but
+the user's own references, and every one still held when the call's placeholders are taken
+(``take_alive``, or the Match going) goes back in (``_retrack``).
 """
 import sys
 
@@ -19,6 +27,8 @@ _accel.guard(__name__)
 if cython.compiled:
     from cython.cimports.mge._core.channel.handles_c import TensorInfo
     from cython.cimports.mge._core.device.cpu.handoff_c import Handoff
+    from cython.cimports.mge._core.cpython_gc import (PyObject_GC_IsTracked, PyObject_GC_Track,
+                                                      PyObject_GC_UnTrack)
 else:
     TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
     Handoff = _accel.load("mge._core.device.cpu.handoff").Handoff
@@ -38,9 +48,25 @@ def _sole_refs():
 _SOLE = _sole_refs()
 
 _Tensor = mge.Tensor
+_new = _Tensor.__new__  # (looked up once: a placeholder per op)
 _dispatch = _accel.load("mge._core.dispatch")
 _apply_tuple = _dispatch.apply_tuple
 _get_channel = _accel.load("mge._core.channel.channel").get_channel
+
+
+@cython.cfunc
+@cython.inline
+def _untrack(obj: object) -> cython.void:
+    if cython.compiled:
+        PyObject_GC_UnTrack(obj)
+
+
+@cython.cfunc
+@cython.inline
+def _retrack(obj: object) -> cython.void:
+    if cython.compiled:
+        if not PyObject_GC_IsTracked(obj):
+            PyObject_GC_Track(obj)
 
 
 @cython.cclass
@@ -50,7 +76,7 @@ class Match:
     owner = cython.declare(object, visibility="public")    # the Replayer (slow paths)
     ops = cython.declare(list, visibility="public")        # the recording's ops
     descs = cython.declare(list, visibility="public")
-    calls = cython.declare(dict, visibility="public")      # first op -> a whole call
+    calls = cython.declare(list, visibility="public")      # first op -> a whole call, or None
     vi = cython.declare(list, visibility="public")
     var_of = cython.declare(dict, visibility="public")     # id(launched handle) -> (var, it)
     holders = cython.declare(list, visibility="public")
@@ -69,7 +95,7 @@ class Match:
         self.owner = owner
         self.ops = rec.ops
         self.descs = rec.descs
-        self.calls = rec.calls
+        self.calls = rec.call_list()
         self.vi = [None] * len(rec.descs)
         self.var_of = {}
         self.holders = []
@@ -94,6 +120,7 @@ class Match:
         info.device = d[2]
         info.deleted = True
         info.producer = v
+        _untrack(info)
         tensor._info = info
         self.holders.append(tensor)
         return info
@@ -107,7 +134,8 @@ class Match:
         result = []
         j: cython.Py_ssize_t
         for j in range(len(outs)):
-            t = _Tensor.__new__(_Tensor)
+            t = _new(_Tensor)
+            _untrack(t)
             v: cython.Py_ssize_t = outs[j]
             self.vi[v] = self._virtual(v, t)
             result.append(t)
@@ -115,7 +143,8 @@ class Match:
 
     def placeholder(self, v):
         """A new placeholder of var ``v`` (a value the replay hands out itself: a gradient)."""
-        t = _Tensor.__new__(_Tensor)
+        t = _new(_Tensor)
+        _untrack(t)
         self.vi[v] = self._virtual(v, t)
         return t
 
@@ -142,14 +171,27 @@ class Match:
             # references: the list, the loop variable and this call's argument to getrefcount
             if _refcount(t) > _SOLE and id(t) not in seen:
                 seen.add(id(t))
+                _retrack(t)
                 info: TensorInfo = t._info
                 if info.deleted and info.producer is not None:
+                    _retrack(info)  # (it may take an error, and its traceback, later)
                     alive.append((t, info, info.producer))
         return alive
 
+    def __dealloc__(self):
+        # (a call that ended without taking its placeholders, by an error: those still held go
+        # back to the collector)
+        t: object
+        if self.holders is not None:
+            for t in self.holders:
+                if _refcount(t) > _SOLE:
+                    _retrack(t)
+                    _retrack(t._info)
+
     def top(self, op, inputs):
         """A top-level ``apply``: answered whole when it is the recorded call at this point."""
-        c = self.calls.get(self.pos)
+        pos: cython.Py_ssize_t = self.pos
+        c = self.calls[pos] if pos < len(self.calls) else None
         if c is None:
             return _apply_tuple(op, inputs)
         call = cython.cast(tuple, c)
@@ -239,6 +281,6 @@ class Match:
         if not old.deleted:
             self.temps.append(old)
         self._virtual(ins[1], target)
-        t = _Tensor.__new__(_Tensor)
+        t = _new(_Tensor)
         self._virtual(ins[0], t)
         return (t,)
