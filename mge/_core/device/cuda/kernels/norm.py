@@ -39,9 +39,11 @@ the thread's own ``t = threadIdx.x`` (a loop of one iteration), on the host a se
 host, where the phase before it has already run for every thread.  ``MGE_BLOCK_LOOP(r, n)``
 walks ``r = blockIdx.x, + gridDim.x, ...`` (on the host: every emulated block in turn) and
 ``MGE_GRID_LOOP(i, n)`` is the grid-stride loop over emulated blocks and threads.  The host
-kernels read their launch shape from ``mge_host_grid``/``mge_host_block``, set by the exported
-``mge_host_set_launch(grid, block)`` before each call, so the plans' very grids and blocks run
-on the host.  ``__shared__`` arrays are ``static`` on the host (one emulated block at a time).
+kernels read their launch shape from ``mge_norm_host_grid``/``mge_norm_host_block`` (names of
+their own: ``relayout.py``'s prelude has globals ``mge_host_grid`` of another type), set by the
+exported ``mge_host_set_launch(grid, block)`` before each call (``host_backend.py`` knows this
+convention), so the plans' very grids and blocks run on the host.  ``__shared__`` arrays are
+``static`` on the host (one emulated block at a time).
 
 **Launch plans.**  ``batch_norm_plan``, ``batch_norm_backward_plan``, ``layer_norm_plan`` and
 ``layer_norm_backward_plan`` return a ``LaunchPlan``: ``Launch``es in stream order, each a kernel,
@@ -68,7 +70,8 @@ from .elemwise import _PRELUDE, KernelSource
 __all__ = ["Buffer", "Launch", "LaunchPlan", "FLOAT_DTYPES", "NTHREADS", "TARGET_BLOCKS",
            "NVRTC_OPTIONS", "DIFFERENCES", "batch_norm_kernels", "batch_norm_backward_kernels",
            "layer_norm_kernels", "layer_norm_backward_kernels", "batch_norm_plan",
-           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan"]
+           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan", "PLANS",
+           "BLOCK_PRELUDE"]
 
 #: Threads of a reducing block (a power of two; the shared arrays hold this many).
 NTHREADS = 256
@@ -214,23 +217,23 @@ BLOCK_PRELUDE = r"""#ifndef MGE_NORM_BLOCK_PRELUDE
     for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
          i += (long long)blockDim.x * gridDim.x)
 #else
-inline unsigned mge_host_grid = 1, mge_host_block = 1;
+inline unsigned mge_norm_host_grid = 1, mge_norm_host_block = 1;
 /* Weak: many translation units of one host library define it. */
 extern "C" __attribute__((weak)) void mge_host_set_launch(unsigned grid, unsigned block) {
-    mge_host_grid = grid; mge_host_block = block;
+    mge_norm_host_grid = grid; mge_norm_host_block = block;
 }
 #define MGE_SHARED static
 #define MGE_SYNC
-#define MGE_NTHREADS mge_host_block
-#define MGE_FOR_THREADS(t) for (unsigned t = 0; t < mge_host_block; ++t)
+#define MGE_NTHREADS mge_norm_host_block
+#define MGE_FOR_THREADS(t) for (unsigned t = 0; t < mge_norm_host_block; ++t)
 #define MGE_BLOCK_LOOP(r, n) \
-    for (unsigned mge_blk_ = 0; mge_blk_ < mge_host_grid; ++mge_blk_) \
-        for (long long r = mge_blk_; r < (long long)(n); r += mge_host_grid)
+    for (unsigned mge_blk_ = 0; mge_blk_ < mge_norm_host_grid; ++mge_blk_) \
+        for (long long r = mge_blk_; r < (long long)(n); r += mge_norm_host_grid)
 #define MGE_GRID_LOOP(i, n) \
-    for (unsigned mge_blk_ = 0; mge_blk_ < mge_host_grid; ++mge_blk_) \
-        for (unsigned mge_thr_ = 0; mge_thr_ < mge_host_block; ++mge_thr_) \
-            for (long long i = (long long)mge_blk_ * mge_host_block + mge_thr_; \
-                 i < (long long)(n); i += (long long)mge_host_block * mge_host_grid)
+    for (unsigned mge_blk_ = 0; mge_blk_ < mge_norm_host_grid; ++mge_blk_) \
+        for (unsigned mge_thr_ = 0; mge_thr_ < mge_norm_host_block; ++mge_thr_) \
+            for (long long i = (long long)mge_blk_ * mge_norm_host_block + mge_thr_; \
+                 i < (long long)(n); i += (long long)mge_norm_host_block * mge_norm_host_grid)
 #endif
 /* Loads of float data into the computing type, stores of it (float16 as bits, one rounding). */
 MGE_FN float mge_ldf(const unsigned short* p, long long i) { return mge_h2f(p[i]); }
@@ -280,7 +283,8 @@ template <int K, class T> MGE_FN void mge_block_sums(T* sh) {
 #endif /* MGE_NORM_BLOCK_PRELUDE */
 """.replace("@NTHREADS@", str(NTHREADS))
 
-_PRELUDE_PARTS = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_NORM_BLOCK_PRELUDE", BLOCK_PRELUDE))
+_PRELUDE_PARTS = (("MGE_ELEMWISE_PRELUDE", _PRELUDE),
+                  ("MGE_NORM_BLOCK_PRELUDE", BLOCK_PRELUDE))
 
 # -- the algorithms, as templates -----------------------------------------------------------------
 
@@ -564,7 +568,7 @@ def _check_dtypes(what, dtypes):
 
 
 def _entry(name, template, targs, params, call_args):
-    """A ``KernelSource``: ``extern "C"`` ``name`` calling ``template<targs>`` with ``call_args``."""
+    """A ``KernelSource``: ``extern "C"`` ``name`` calling ``template<targs>(call_args)``."""
     text = (f"MGE_KERNEL {name}({', '.join(params)})\n{{\n"
             f"    {template}<{', '.join(targs)}>({', '.join(call_args)});\n}}\n")
     return KernelSource(name, _PARTS + ((name, text),), tuple(params), False, 64, 0)
@@ -757,6 +761,8 @@ def batch_norm_plan(op, shapes, dtypes):
     size, t_size = n * c * s, _acc(np.dtype(dtypes[0])).itemsize
     ws = _Workspace()
     launches = []
+    if c == 0:
+        return LaunchPlan(())
     if op.fwd_mode == "training":
         m = n * s
         block = _pow2_block(m)
@@ -787,6 +793,8 @@ def batch_norm_backward_plan(op, shapes, dtypes):
     ks = batch_norm_backward_kernels(dtypes)
     n, c, s = _ncs(shapes[0])
     m, size, t_size = n * s, n * c * s, _acc(np.dtype(dtypes[0])).itemsize
+    if c == 0:
+        return LaunchPlan(())
     block = _pow2_block(m)
     p, chunk = _chunks(c, m, block)
     ws = _Workspace()
@@ -852,3 +860,8 @@ def layer_norm_backward_plan(op, shapes, dtypes):
         launches.append(Launch(ks["cols_final"], _grid_for(m, NTHREADS), NTHREADS, (
             ws_dw, ws_db, Buffer("out", 1), Buffer("out", 2), _i64(m), _i64(p))))
     return LaunchPlan(tuple(launches), ws.size)
+
+
+#: The plan of each norm op (the CUDA device's table): ``PLANS[type(op)](op, shapes, dtypes)``.
+PLANS = {BatchNorm: batch_norm_plan, BatchNormBackward: batch_norm_backward_plan,
+         LayerNorm: layer_norm_plan, LayerNormBackward: layer_norm_backward_plan}

@@ -54,7 +54,8 @@ from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, MAX_GRID, Buffer, Launch, Launch
 __all__ = ["PHILOX_M", "PHILOX_W", "NTHREADS", "NOT_DONE", "DIFFERENCES", "Check",
            "philox_kernel", "uniform_kernel", "gaussian_kernel", "gamma_kernel", "beta_kernel",
            "dropout_kernel", "dropout_backward_kernel", "uniform_plan", "gaussian_plan",
-           "gamma_plan", "beta_plan", "dropout_plan", "dropout_backward_plan", "group_size"]
+           "gamma_plan", "beta_plan", "dropout_plan", "dropout_backward_plan", "group_size",
+           "PLANS"]
 
 #: Philox4x32's multipliers and Weyl key increments (Random123's PHILOX_M4x32_*, PHILOX_W32_*).
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
@@ -150,8 +151,7 @@ MGE_FN double mge_log_gamma_sample(double a, unsigned long long seed, unsigned s
     for (unsigned k = 0; k < 64; ++k) {
         mge_u4 w = mge_philox_at(seed, stream, g, sub0 + k * step);
         double z0, z1;
-        mge_box_muller<double>(mge_u01d_open0(w.x, w.y), (double)(w.z >> 8) * 5.9604644775390625e-08,
-                               z0, z1);
+        mge_box_muller<double>(mge_u01d_open0(w.x, w.y), (double)mge_u01f(w.z), z0, z1);
         double v = 1 + c * z0;
         if (v <= 0) continue;
         v = v * v * v;
@@ -479,6 +479,7 @@ def dropout_backward_plan(op, shapes, dtypes, grid=None, block=None):
                   np.float64(1 / (1 - op.drop_prob))), grid, block)
 
 
-# the RNG ops this module plans, for the device's table
+#: The plan of each op this module has kernels for (the CUDA device's table; Gamma, Beta and
+#: Dropout plans take ``(op, shapes, dtypes)``, Uniform and Gaussian ``(op)``).
 PLANS = {UniformRNG: uniform_plan, GaussianRNG: gaussian_plan, GammaRNG: gamma_plan,
          BetaRNG: beta_plan, Dropout: dropout_plan, DropoutBackward: dropout_backward_plan}
