@@ -63,8 +63,8 @@ from .elemwise import _PRELUDE, KernelSource, _code, _compute, _load, _storage, 
 from .elemwise import typecvt_kernel
 
 __all__ = ["Buf", "Launch", "GemmCall", "Fill", "BufferSpec", "LaunchPlan", "pack_window",
-           "WINDOW_DTYPE", "grid_for", "launch_index_bits", "col_dtype", "batch_chunks", "im2col_kernel",
-           "col2im_kernel", "nchw_to_cnp_kernel", "conv_forward_plan",
+           "WINDOW_DTYPE", "grid_for", "launch_index_bits", "col_dtype", "batch_chunks",
+           "im2col_kernel", "col2im_kernel", "nchw_to_cnp_kernel", "conv_forward_plan",
            "conv_backward_data_plan", "conv_backward_filter_plan", "CONV_PLANS", "CONV_DTYPES",
            "BLOCK", "MAX_GRID", "MAX_SPATIAL_DIMS", "DEFAULT_WORKSPACE_LIMIT", "DIFFERENCES"]
 
@@ -743,10 +743,13 @@ def conv_backward_filter_plan(op, descs, workspace_limit=DEFAULT_WORKSPACE_LIMIT
         return LaunchPlan("ConvolutionBackwardFilter", tuple(io), (Fill(Buf("dw"), wcount),), 0)
     col_image = geo.cin * geo.K * geo.P * dt.itemsize
     dy_image = geo.cout * geo.P
-    chunks = batch_chunks(geo.images, col_image + dy_image * dt.itemsize, workspace_limit)
+    # (dy's copy is counted even where a chunk of one image needs none; each buffer but the
+    # last may round up to the workspace alignment)
+    per_image = col_image + dy_image * dt.itemsize
+    chunks = batch_chunks(geo.images, per_image, workspace_limit - WORKSPACE_ALIGNMENT)
     acc32 = dt == _F16 and len(chunks) > 1
     if acc32:  # the float32 sum takes room too: cut again with it counted
-        chunks = batch_chunks(geo.images, col_image + dy_image * dt.itemsize, workspace_limit,
+        chunks = batch_chunks(geo.images, per_image, workspace_limit - 2 * WORKSPACE_ALIGNMENT,
                               wcount * 4)
     nb = max(c for _, c in chunks)
     target, cdt = ("dw32", _F32) if acc32 else ("dw", dt)

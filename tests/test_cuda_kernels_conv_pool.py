@@ -1,0 +1,699 @@
+"""The CUDA device's convolution and pooling kernels and launch plans, checked without a GPU.
+
+``mge/_core/device/cuda/kernels/conv.py`` and ``pool.py`` write CUDA C (im2col, col2im, the
+dy transpose, the pooling kernels) and pure-Python launch plans (kernels with grid, block and
+arguments; cuBLAS GEMMs with m, n, k, transposes, leading dims and batch strides; workspace).
+Here:
+
+* every kernel and dtype signature compiles with NVRTC for ``compute_90`` and an older
+  architecture (one program per group, ``-Ofc=max``), and ptxas assembles a representative
+  program for ``sm_90`` with the kernels' own flags;
+* the same sources built with g++ run the plans on the host -- the kernels through ctypes, each
+  GEMM by numpy exactly as the plan states it (column-major operands at the plan's offsets,
+  leading dims and batch strides, bounds checked, in the plan's compute dtype) -- over a grid of
+  shapes, strides, paddings, dilations, groups, 1-D/2-D/3-D, workspace limits that cut the batch
+  into chunks, and 32- and 64-bit index variants.  Outputs and workspace start as NaN, so an
+  element a plan forgets shows.  The convolutions are compared with float64 references within a
+  bound of the float rounding (relative to the sums of magnitudes) and with the CPU kernels;
+  the pooling ops are bit-identical to the CPU kernels (save what ``pool.DIFFERENCES`` says);
+* the plans' structure (chunking, fast paths, call batching, index widths) and the errors.
+
+Without libnvrtc, ptxas or g++ the tests that need them are skipped with the reason, except
+under ``CI`` (which installs them), where that is a failure.
+"""
+import concurrent.futures
+import ctypes
+import os
+import re
+import warnings
+
+import numpy as np
+import pytest
+
+from mge._core.device.cpu import KERNELS
+from mge._core.device.cuda import hostbuild, nvrtc
+from mge._core.device.cuda.kernels import conv as ck
+from mge._core.device.cuda.kernels import elemwise as ek
+from mge._core.device.cuda.kernels import pool as pk
+from mge._core.ops.nn_conv import Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter
+from mge._core.ops.nn_pool import AdaptivePooling, MaxPoolingGather, Pooling, PoolingBackward
+
+F16, F32, F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
+FLOATS = (F16, F32, F64)
+MODES = ("max", "average", "average_count_exclude_padding")
+WORKERS = min(4, os.cpu_count() or 1)
+
+
+def _missing(message):
+    if os.environ.get("CI"):  # CI installs the CUDA wheels and g++: there a missing one fails
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+# -- every kernel ---------------------------------------------------------------------------------
+
+# Mixed dtype signatures of the backward ops (x, y, dy / z): y of another dtype than x, and the
+# gradient of a third.
+MIXED = [(F32, F32, F16), (F16, F32, F64), (F64, F16, F32)]
+
+
+def _all_kernels():
+    """{group: [KernelSource]}: every kernel and dtype signature, both index widths."""
+    bits = (32, 64)
+    conv = [f(d, b) for f in (ck.im2col_kernel, ck.col2im_kernel, ck.nchw_to_cnp_kernel)
+            for d in FLOATS for b in bits]
+    forward = [pk.pooling_kernel(m, d, b) for m in MODES
+               for d in (ek.SUPPORTED_DTYPES if m == "max" else FLOATS) for b in bits]
+    backward = [pk.pooling_backward_kernel(m, d, d, d, b) for m in MODES for d in FLOATS
+                for b in bits]
+    backward += [pk.pooling_backward_kernel("max", *sig, b) for sig in MIXED for b in bits]
+    backward += [pk.max_pooling_gather_kernel(*sig, b) for sig in [(d, d, d) for d in FLOATS]
+                 + MIXED for b in bits]
+    return {"conv": conv, "pool-forward": forward, "pool-backward": backward}
+
+
+KERNEL_GROUPS = _all_kernels()
+
+
+@pytest.fixture(scope="module")
+def nvrtc_ready():
+    why = nvrtc.why_unavailable()
+    if why:
+        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
+
+
+@pytest.fixture(scope="module")
+def ptxas_ready():
+    if nvrtc.find_ptxas() is None:
+        _missing("ptxas is needed to assemble PTX: pip install nvidia-cuda-nvcc-cu12 (or set "
+                 "MGE_PTXAS)")
+
+
+@pytest.fixture(scope="module")
+def old_arch(nvrtc_ready):
+    """The oldest architecture from Volta on that this NVRTC compiles for."""
+    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
+
+
+def _fast_options():
+    # -Ofc (NVRTC 12.8+): the same front end and code generator, little optimisation
+    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
+    return ek.NVRTC_OPTIONS + fast
+
+
+def _entries(ptx):
+    return set(re.findall(r"\.entry\s+(\w+)", ptx))
+
+
+@pytest.mark.parametrize("group", sorted(KERNEL_GROUPS))
+def test_every_kernel_compiles_for_hopper_and_an_older_arch(group, old_arch):
+    kernels = KERNEL_GROUPS[group]
+    source = ek.program(kernels)
+
+    def compile_for(arch):
+        return _entries(nvrtc.compile_ptx(source, f"{group}.cu", arch, _fast_options()))
+
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        found = dict(zip(("compute_90", old_arch), pool.map(compile_for, ("compute_90", old_arch))))
+    for arch, entries in found.items():
+        missing = [k.name for k in kernels if k.name not in entries]
+        assert not missing, f"not in the PTX for {arch}: {missing}"
+
+
+def test_ptxas_assembles_a_representative_program_for_sm90(nvrtc_ready, ptxas_ready):
+    # the conv kernels of every dtype, and pooling kernels of float16 (inline PTX conversions)
+    # and of the other widths, with the kernels' own flags
+    kernels = [k for k in KERNEL_GROUPS["conv"] if k.index_bits == 32]
+    kernels += [pk.pooling_kernel("max", F16, 64), pk.pooling_kernel("average", F32),
+                pk.pooling_kernel("max", "int8"),
+                pk.pooling_backward_kernel("max", F16, F16, F16),
+                pk.pooling_backward_kernel("average_count_exclude_padding", F64, F64, F64, 64),
+                pk.max_pooling_gather_kernel(F32, F32, F16)]
+    ptx = nvrtc.compile_ptx(ek.program(kernels), "conv-pool.cu", "compute_90", ek.NVRTC_OPTIONS)
+    cubin = nvrtc.assemble(ptx, "sm_90", name="conv-pool.ptx")
+    assert cubin[:4] == b"\x7fELF"
+    absent = [k.name for k in kernels if k.name.encode() not in cubin]
+    assert not absent, f"not in the cubin: {absent}"
+
+
+def test_kernel_names_are_unique_c_identifiers():
+    names = [k.name for group in KERNEL_GROUPS.values() for k in group]
+    assert len(names) == len(set(names))
+    assert all(re.fullmatch(r"mge_[a-z0-9_]+_s(32|64)", n) and "__" not in n for n in names)
+
+
+# -- the host build and a runner of plans ---------------------------------------------------------
+
+class Window(ctypes.Structure):
+    """``struct mge_window`` for ctypes."""
+
+    _fields_ = [(name, ctypes.c_int * 3) for name in ck.WINDOW_DTYPE.names]
+
+
+_HOST_EXTRA = [ek.typecvt_kernel(F32, F16)]
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """One host build of every kernel (float16 ones where g++ has ``_Float16``)."""
+    why = hostbuild.why_unavailable()
+    if why:
+        _missing(why)
+    f16 = hostbuild.have_float16()
+    kernels = [k for group in KERNEL_GROUPS.values() for k in group] + _HOST_EXTRA
+    kernels = [k for k in kernels if f16 or "f16" not in k.name]
+    units = [ek.program(kernels[k::WORKERS]) for k in range(WORKERS)]
+    return hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_conv_pool")), jobs=WORKERS)
+
+
+def _need_float16(host, *dtypes):
+    if F16 in dtypes and not host.float16:
+        _missing("this g++ has no _Float16 for the float16 kernels (gcc 12 or later has it)")
+
+
+def _matrix(buf, offset, rows, cols, ld, what):
+    """The column-major ``rows x cols`` matrix at ``offset`` of ``buf``, columns ``ld`` apart
+    (a writable view), after checking that it lies inside ``buf``."""
+    assert ld >= max(1, rows), f"{what}: leading dim {ld} < {rows} rows"
+    last = offset + (cols - 1) * ld + rows - 1
+    assert 0 <= offset and last < buf.size, f"{what}: reaches element {last} of {buf.size}"
+    size = buf.itemsize
+    return np.lib.stride_tricks.as_strided(buf[offset:], (rows, cols), (size, ld * size))
+
+
+def _run_gemm(call, buffers):
+    """One ``GemmCall`` as cuBLAS would run it, in numpy (and the plan's compute dtype)."""
+    ct = call.compute_dtype
+    for name, dtype in ((call.a.name, call.a_dtype), (call.b.name, call.b_dtype),
+                        (call.c.name, call.c_dtype)):
+        assert buffers[name].dtype == dtype, f"GEMM operand {name} is {buffers[name].dtype}"
+    written = np.zeros(buffers[call.c.name].size, bool)
+    for i in range(call.batch):
+        ar, ac = (call.k, call.m) if call.transa else (call.m, call.k)
+        br, bc = (call.n, call.k) if call.transb else (call.k, call.n)
+        a = _matrix(buffers[call.a.name], call.a.offset + i * call.stride_a, ar, ac, call.lda, "A")
+        b = _matrix(buffers[call.b.name], call.b.offset + i * call.stride_b, br, bc, call.ldb, "B")
+        cbuf = buffers[call.c.name]
+        offset = call.c.offset + i * call.stride_c
+        c = _matrix(cbuf, offset, call.m, call.n, call.ldc, "C")
+        cells = np.lib.stride_tricks.as_strided(np.arange(cbuf.size)[offset:], c.shape,
+                                                (8, 8 * call.ldc))
+        assert not written[cells].any(), "two batch entries of one GEMM write one element"
+        written[cells] = True
+        a = a.T if call.transa else a
+        b = b.T if call.transb else b
+        res = call.alpha * (a.astype(ct) @ b.astype(ct))
+        if call.beta:  # cuBLAS does not read C when beta is 0 (it may hold NaN)
+            res = res + call.beta * c.astype(ct)
+        c[...] = res.astype(call.c_dtype)
+
+
+def _c_arg(param, arg, buffers):
+    """The ctypes value of ``arg`` for the kernel parameter ``param`` (type-checked)."""
+    if isinstance(arg, ck.Buf):
+        base = param.split("*")[0].replace("const ", "").strip()
+        buf = buffers[arg.name]
+        assert base in (ek._storage(buf.dtype), "void"), f"{param} gets {arg.name} ({buf.dtype})"
+        assert 0 <= arg.offset <= buf.size
+        return ctypes.c_void_p(buf.ctypes.data + arg.offset * buf.itemsize)
+    if isinstance(arg, np.int32):
+        assert param.startswith("int "), param
+        return ctypes.c_int(int(arg))
+    if isinstance(arg, np.int64):
+        assert param.startswith("long long "), param
+        return ctypes.c_longlong(int(arg))
+    assert isinstance(arg, np.void) and arg.dtype == ck.WINDOW_DTYPE, (param, arg)
+    assert param.startswith("mge_window "), param
+    return Window.from_buffer_copy(arg.tobytes())
+
+
+def _run_launch(launch, buffers, lib, bits):
+    kernel, args = launch.kernel, launch.args
+    assert len(args) == len(kernel.params), kernel.name
+    assert launch.block == (ck.BLOCK, 1, 1) and launch.grid[1:] == (1, 1)
+    n = next(int(a) for a in args if isinstance(a, (np.int32, np.int64)))
+    assert launch.grid[0] * ck.BLOCK >= n or launch.grid[0] == ck.MAX_GRID
+    name = kernel.name
+    if bits == 64 and name.endswith("_s32"):  # the 64-bit variant of the same launch
+        name = name[:-4] + "_s64"
+        args = tuple(np.int64(a) if isinstance(a, np.int32) else a for a in args)
+        kernel = next(k for g in KERNEL_GROUPS.values() for k in g if k.name == name)
+    values = [_c_arg(p, a, buffers) for p, a in zip(kernel.params, args)]
+    lib.function(name, [type(v) for v in values])(*values)
+
+
+def run_plan(plan, lib, *inputs, bits=None):
+    """Run ``plan`` on the host build ``lib``: ``inputs`` in the plan's input order; returns
+    the outputs.  ``bits=64`` launches the 64-bit index variant of each 32-bit kernel."""
+    buffers = {}
+    ins = [b for b in plan.buffers if b.role == "input"]
+    assert len(ins) == len(inputs)
+    for spec, value in zip(ins, inputs):
+        assert value.shape == spec.shape and value.dtype == spec.dtype, spec
+        buffers[spec.name] = np.ascontiguousarray(value).reshape(-1).copy()
+    for spec in plan.buffers:
+        if spec.role != "input":
+            fill = np.nan if spec.dtype.kind == "f" else 0x5A
+            buffers[spec.name] = np.full(spec.count, fill, spec.dtype)
+    if plan.workspace_bytes:
+        ends = [(b.offset, b.offset + b.count * b.dtype.itemsize) for b in plan.buffers
+                if b.role == "workspace"]
+        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(sorted(ends), sorted(ends)[1:]))
+        assert all(s % ck.WORKSPACE_ALIGNMENT == 0 for s, _ in ends)
+    for step in plan.steps:
+        if isinstance(step, ck.Launch):
+            _run_launch(step, buffers, lib, bits)
+        elif isinstance(step, ck.GemmCall):
+            _run_gemm(step, buffers)
+        else:
+            assert isinstance(step, ck.Fill)
+            buffers[step.buf.name][step.buf.offset:step.buf.offset + step.count] = 0
+    outs = [b for b in plan.buffers if b.role == "output"]
+    return [buffers[b.name].reshape(b.shape) for b in outs]
+
+
+def _cpu(op, *arrays):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [np.asarray(a) for a in KERNELS[type(op)](op, *arrays)]
+
+
+# -- convolutions ---------------------------------------------------------------------------------
+
+# (x shape, weight shape, stride, padding, dilation, groups, output_padding of the transpose)
+CONV_CASES = [
+    ((2, 3, 7, 6), (4, 3, 3, 3), (1, 1), (0, 0), (1, 1), 1, (0, 0)),
+    ((3, 3, 7, 6), (4, 3, 3, 2), (2, 1), (1, 0), (1, 1), 1, (1, 0)),
+    ((3, 4, 9, 8), (2, 3, 2, 2, 3), (2, 2), (1, 2), (2, 1), 2, (0, 1)),  # groups, dilation
+    ((1, 6, 5, 5), (3, 2, 2, 3, 3), (1, 1), (1, 1), (1, 1), 3, (0, 0)),  # groups > images
+    ((3, 4, 6, 5), (6, 4, 1, 1), (1, 1), (0, 0), (1, 1), 1, (0, 0)),  # pointwise
+    ((2, 4, 6, 5), (2, 3, 2, 1, 1), (1, 1), (0, 0), (3, 1), 2, (2, 0)),  # pointwise grouped
+    ((2, 2, 8, 7), (3, 2, 1, 1), (2, 2), (0, 0), (1, 1), 1, (1, 1)),  # 1x1, stride 2
+    ((4, 2, 5, 5), (3, 2, 3, 3), (1, 1), (2, 2), (1, 1), 1, (0, 0)),  # padding > kernel / 2
+    ((3, 3, 10), (4, 3, 3), (2,), (1,), (2,), 1, (1,)),  # 1-D
+    ((2, 2, 5, 4, 6), (3, 2, 2, 3, 2), (1, 2, 1), (1, 0, 1), (1, 1, 2), 1, (0, 1, 0)),  # 3-D
+]
+
+
+def _case_id(case):
+    xs, ws, s, p, d, g, _ = case
+    return f"{len(s)}d-x{'x'.join(map(str, xs))}-k{'x'.join(map(str, ws[-len(s):]))}" \
+           f"-s{''.join(map(str, s))}-p{''.join(map(str, p))}-d{''.join(map(str, d))}-g{g}"
+
+
+def _conv_problems(case, dtype, rng):
+    """(op, inputs) of the three convolutions on one geometry."""
+    xs, ws, s, p, d, g, opad = case
+    fwd = Convolution(s, p, d, g)
+    x = rng.normal(size=xs).astype(dtype)
+    w = rng.normal(size=ws).astype(dtype)
+    (y,) = _cpu(fwd, x.astype(F64), w.astype(F64))
+    dy = rng.normal(size=y.shape).astype(dtype)
+    deconv = ConvolutionBackwardData(s, p, d, g, opad)
+    dfilter = ConvolutionBackwardFilter(s, p, d, g)
+    return [(fwd, (x, w)), (deconv, (w, dy)), (dfilter, (x, dy, w))]
+
+
+# relative tolerance of a sum of products against the float64 reference, as a fraction of the
+# sum of magnitudes (float32 sums of up to a few hundred terms in another order)
+_SUM_RTOL = {F16: 1e-5, F32: 1e-5, F64: 1e-12}
+
+
+def _check_close(got, op, inputs, what):
+    """``got`` is the float64 result within the rounding of its dtype, and the CPU kernel's."""
+    dtype = got.dtype
+    wide = [a.astype(F64) for a in inputs]
+    (ref,) = _cpu(op, *wide)
+    (scale,) = _cpu(op, *[np.abs(a) for a in wide])  # the sums of magnitudes
+    tol = _SUM_RTOL[dtype] * scale + 1e-30
+    if dtype == F16:  # rounded once to float16 at the end
+        tol = tol + 2.0 ** -11 * (np.abs(ref) + tol) + 2.0 ** -25
+    (cpu,) = _cpu(op, *inputs)
+    for want, name in ((ref, "float64 reference"), (cpu.astype(F64), "CPU kernel")):
+        err = np.abs(got.astype(F64) - want)
+        limit = tol if name.startswith("float64") else 2 * tol
+        bad = np.flatnonzero(~(err <= limit))
+        assert not bad.size, (f"{what}: {bad.size} of {got.size} differ from the {name}, e.g. "
+                              f"{got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}")
+
+
+def _limits(plan):
+    """Workspace limits that cut the batch differently: the default, about two images a chunk,
+    and below one image (one image a chunk)."""
+    if not plan.workspace_bytes or plan.chunk < 2:
+        return [ck.DEFAULT_WORKSPACE_LIMIT, 1]
+    per_image = plan.workspace_bytes // plan.chunk
+    return [ck.DEFAULT_WORKSPACE_LIMIT, 2 * per_image + per_image // 2, 1]
+
+
+@pytest.mark.parametrize("dtype", FLOATS, ids=str)
+@pytest.mark.parametrize("case", CONV_CASES, ids=_case_id)
+def test_the_conv_plans_compute_what_the_cpu_kernels_do(host, case, dtype):
+    _need_float16(host, dtype)
+    rng = np.random.default_rng(sum(map(ord, _case_id(case) + str(dtype))))
+    for op, inputs in _conv_problems(case, dtype, rng):
+        descs = [(a.shape, a.dtype) for a in inputs]
+        plan = ck.CONV_PLANS[type(op)](op, descs)
+        for k, limit in enumerate(_limits(plan)):
+            plan = ck.CONV_PLANS[type(op)](op, descs, workspace_limit=limit)
+            if plan.chunk and plan.buffers[-1].role == "workspace":
+                # the chunks' workspace is under the limit whenever one image fits
+                one = ck.CONV_PLANS[type(op)](op, descs, workspace_limit=1).workspace_bytes
+                assert plan.workspace_bytes <= max(limit, one)
+            bits = 64 if k == 1 else 32  # the 64-bit variants on one of the chunkings
+            (got,) = run_plan(plan, host, *inputs, bits=bits)
+            _check_close(got, op, inputs, f"{type(op).__name__} {dtype} workspace limit "
+                         f"{limit} ({plan.chunk} images a chunk, {bits}-bit index)")
+
+
+def test_chunks_cover_the_batch_evenly_under_the_limit():
+    assert ck.batch_chunks(10, 100, 400) == [(0, 4), (4, 4), (8, 2)]
+    assert ck.batch_chunks(9, 100, 400) == [(0, 3), (3, 3), (6, 3)]  # 3 chunks, even
+    assert ck.batch_chunks(5, 100, 10_000) == [(0, 5)]
+    assert ck.batch_chunks(3, 100, 50) == [(0, 1), (1, 1), (2, 1)]  # one image does not fit
+    assert ck.batch_chunks(4, 100, 700, fixed_bytes=400) == [(0, 2), (2, 2)]
+    assert ck.batch_chunks(0, 100, 400) == []
+    for images in range(1, 30):
+        for most in range(1, 12):
+            chunks = ck.batch_chunks(images, 10, most * 10)
+            assert [n0 for n0, _ in chunks] == list(np.cumsum([0] + [c for _, c in chunks])[:-1])
+            assert sum(c for _, c in chunks) == images
+            assert max(c for _, c in chunks) <= most
+            assert len(chunks) == -(-images // most)
+
+
+def test_the_forward_plan_states_its_gemms_in_cublas_terms():
+    op = Convolution((1, 1), (1, 1), (1, 1), 2)
+    plan = ck.conv_forward_plan(op, [((3, 4, 5, 6), F32), ((2, 3, 2, 3, 3), F32)])
+    im2col, *gemms = plan.steps
+    assert im2col.kernel.name == "mge_im2col_f32_s32" and plan.chunk == 3
+    assert im2col.args[2:5] == (4 * 3 * 30, 4, 3)  # n = channels * images * P, channels, images
+    assert im2col.grid == (-(-360 // ck.BLOCK), 1, 1)
+    assert len(gemms) == 2  # groups (2) <= images (3): one call per group, batched over images
+    g1 = gemms[1]
+    assert (g1.transa, g1.transb, g1.m, g1.n, g1.k) == (False, False, 30, 3, 18)
+    assert (g1.a, g1.lda, g1.stride_a) == (ck.Buf("col", 18 * 90), 90, 30)
+    assert (g1.b, g1.ldb, g1.stride_b) == (ck.Buf("w", 3 * 18), 18, 0)
+    assert (g1.c, g1.ldc, g1.stride_c, g1.batch) == (ck.Buf("y", 3 * 30), 30, 6 * 30, 3)
+    assert plan.buffer("col").count == 4 * 9 * 3 * 30
+    assert plan.workspace_bytes == 4 * 9 * 3 * 30 * 4
+    # more groups than images: one call per image, batched over the groups
+    plan = ck.conv_forward_plan(Convolution((1, 1), (0, 0), (1, 1), 4),
+                                [((2, 8, 5, 5), F64), ((4, 1, 2, 3, 3), F64)])
+    gemms = [s for s in plan.steps if isinstance(s, ck.GemmCall)]
+    assert [(g.batch, g.stride_b, g.compute_dtype) for g in gemms] == [(4, 18, F64)] * 2
+
+
+def test_pointwise_convolutions_run_as_gemms_on_the_tensors_themselves():
+    op = Convolution((1, 1), (0, 0), (1, 1), 1)
+    plan = ck.conv_forward_plan(op, [((5, 4, 3, 3), F16), ((6, 4, 1, 1), F16)])
+    assert plan.workspace_bytes == 0 and plan.notes
+    (gemm,) = plan.steps
+    assert (gemm.a.name, gemm.stride_a, gemm.batch, gemm.k) == ("x", 36, 5, 4)
+    assert (gemm.a_dtype, gemm.c_dtype, gemm.compute_dtype) == (F16, F16, F32)
+    plan = ck.conv_backward_data_plan(ConvolutionBackwardData((1, 1), (0, 0), (1, 1), 1, (0, 0)),
+                                      [((6, 4, 1, 1), F32), ((5, 6, 3, 3), F32)])
+    assert [s.c.name for s in plan.steps] == ["dx"] and plan.workspace_bytes == 0
+
+
+def test_the_filter_gradient_sums_chunks_and_rounds_float16_once():
+    op = ConvolutionBackwardFilter((1, 1), (1, 1), (1, 1), 1)
+    descs = [((4, 2, 5, 5), F16), ((4, 3, 5, 5), F16), ((3, 2, 3, 3), F16)]
+    plan = ck.conv_backward_filter_plan(op, descs, workspace_limit=3000)
+    gemms = [s for s in plan.steps if isinstance(s, ck.GemmCall)]
+    assert len(gemms) == 2 and [g.beta for g in gemms] == [0.0, 1.0]
+    assert all(g.c == ck.Buf("dw32") and g.c_dtype == F32 for g in gemms)
+    assert plan.steps[-1].kernel.name == ek.typecvt_kernel(F32, F16).name
+    names = [s.kernel.name for s in plan.steps if isinstance(s, ck.Launch)]
+    assert names.count("mge_nchw_to_cnp_f16_s32") == 2  # two images a chunk: dy transposed
+    assert plan.workspace_bytes <= 3000
+    one = ck.conv_backward_filter_plan(op, [((1,) + descs[0][0][1:], F16),
+                                            ((1,) + descs[1][0][1:], F16), descs[2]])
+    assert [s.c.name for s in one.steps if isinstance(s, ck.GemmCall)] == ["dw"]
+    assert "mge_nchw_to_cnp_f16_s32" not in [k.name for k in one.kernels]
+    empty = ck.conv_backward_filter_plan(op, [((0, 2, 5, 5), F32), ((0, 3, 5, 5), F32),
+                                              ((3, 2, 3, 3), F32)])
+    assert empty.steps == (ck.Fill(ck.Buf("dw"), 54),)
+
+
+def test_an_empty_batch_and_zero_gradients(host):
+    op = ConvolutionBackwardFilter((1, 1), (1, 1), (1, 1), 1)
+    x, dy, w = np.ones((0, 2, 5, 5), F32), np.ones((0, 3, 5, 5), F32), np.ones((3, 2, 3, 3), F32)
+    plan = ck.conv_backward_filter_plan(op, [(a.shape, a.dtype) for a in (x, dy, w)])
+    (dw,) = run_plan(plan, host, x, dy, w)
+    assert dw.shape == w.shape and not dw.any()
+    fwd = ck.conv_forward_plan(Convolution((1, 1), (1, 1), (1, 1), 1),
+                               [((0, 2, 5, 5), F32), ((3, 2, 3, 3), F32)])
+    assert fwd.steps == () and fwd.workspace_bytes == 0
+
+
+def test_large_launches_take_64_bit_indices():
+    assert ck.launch_index_bits(2 ** 31 - 1) == 32 and ck.launch_index_bits(2 ** 31) == 64
+    op = Convolution((1, 1), (1, 1), (1, 1), 1)
+    plan = ck.conv_forward_plan(op, [((2, 64, 4096, 4096), F32), ((8, 64, 3, 3), F32)],
+                                workspace_limit=1 << 40)
+    assert plan.chunk == 2 and plan.kernels[0].name == "mge_im2col_f32_s64"
+    assert isinstance(plan.steps[0].args[2], np.int64)
+    small = ck.conv_forward_plan(op, [((2, 64, 4096, 4096), F32), ((8, 64, 3, 3), F32)])
+    assert small.chunk == 1 and small.kernels[0].name == "mge_im2col_f32_s64"  # 9.7 GB a column
+    pool = pk.pooling_plan(Pooling("max", (2, 2)), [((64, 64, 4096, 4096), F16)])
+    assert pool.kernels[0].name == "mge_pool_max_f16_s64"
+    assert pool.steps[0].grid == (ck.MAX_GRID, 1, 1)
+
+
+def test_convolution_errors_name_the_op_shapes_and_dtypes():
+    op = Convolution((1, 1), (0, 0), (1, 1), 1)
+    with pytest.raises(TypeError, match=r"Convolution: inputs must be floating point.*int32"):
+        ck.conv_forward_plan(op, [((1, 2, 5, 5), "int32"), ((3, 2, 3, 3), "int32")])
+    with pytest.raises(ValueError, match=r"Convolution: input has 4 channels.*\(1, 4, 5, 5\)"):
+        ck.conv_forward_plan(op, [((1, 4, 5, 5), F32), ((3, 2, 3, 3), F32)])
+    with pytest.raises(TypeError, match=r"CUDA plan: expects 2 inputs"):
+        ck.conv_forward_plan(op, [((1, 2, 5, 5), F32)])
+    four = Convolution((1,) * 4, (0,) * 4, (1,) * 4, 1)
+    with pytest.raises(ValueError, match=r"CUDA plan: the CUDA kernels take 1 to 3 spatial dims, "
+                                         r"got 4.*\(1, 2, 3, 3, 3, 3\)"):
+        ck.conv_forward_plan(four, [((1, 2, 3, 3, 3, 3), F32), ((1, 2, 1, 1, 1, 1), F32)])
+    bad_w = ConvolutionBackwardFilter((1, 1), (0, 0), (1, 1), 1)
+    with pytest.raises(TypeError, match=r"CUDA plan: all inputs must have one dtype.*float16"):
+        ck.conv_backward_filter_plan(bad_w, [((1, 2, 5, 5), F32), ((1, 3, 3, 3), F32),
+                                             ((3, 2, 3, 3), F16)])
+    with pytest.raises(TypeError, match=r"im2col kernel: unsupported dtype int32"):
+        ck.im2col_kernel("int32")
+    with pytest.raises(TypeError, match=r"col2im kernel: not a dtype"):
+        ck.col2im_kernel("float33")
+    with pytest.raises(ValueError, match=r"index_bits must be 32 or 64, got 16"):
+        ck.nchw_to_cnp_kernel(F32, 16)
+    with pytest.raises(ValueError, match=r"CUDA window: 1 to 3 spatial dims"):
+        ck.pack_window((5, 5), (3,), (3, 3), (1, 1), (0, 0))
+
+
+# -- pooling --------------------------------------------------------------------------------------
+
+# (x shape, kernel, stride, padding)
+POOL_CASES = [
+    ((2, 3, 7, 6), (3, 3), (2, 2), (1, 1)),
+    ((2, 3, 7, 6), (2, 2), (2, 2), (0, 0)),
+    ((1, 2, 8, 9), (3, 2), (1, 2), (1, 0)),  # overlapping windows
+    ((2, 2, 11), (4,), (3,), (2,)),  # 1-D
+    ((1, 2, 5, 6, 4), (2, 3, 2), (1, 2, 2), (1, 1, 0)),  # 3-D
+    ((2, 1, 5, 5), (5, 5), (1, 1), (2, 2)),  # windows far into the padding
+]
+# padding as large as the kernel: only "average" takes it (whole windows of padding)
+AVERAGE_ONLY = [((1, 2, 4, 4), (2, 2), (1, 1), (2, 2))]
+
+
+def _pool_id(case):
+    xs, k, s, p = case
+    return f"x{'x'.join(map(str, xs))}-k{''.join(map(str, k))}-s{''.join(map(str, s))}" \
+           f"-p{''.join(map(str, p))}"
+
+
+def _pool_values(shape, dtype, rng, special=True):
+    """Values with many ties (small integers, halves), and for floats -0.0, +-inf and NaN."""
+    if dtype == np.bool_:
+        return rng.random(shape) < 0.4
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        v = rng.integers(-3, 4, shape)
+        v.flat[::7] = info.min
+        v.flat[3::11] = info.max
+        return np.clip(v, info.min, info.max).astype(dtype)
+    v = (rng.integers(-6, 7, shape) / 2).astype(dtype)
+    if special:
+        flat = v.reshape(-1)
+        flat[5::17], flat[9::23], flat[2::13] = -0.0, -np.inf, np.inf
+        flat[11::29] = np.nan
+    return v
+
+
+def _assert_same(got, want, what, tol=None, zero_sign=True):
+    """``got`` is ``want`` bit for bit (NaN equal to NaN; the sign of a zero too, unless not
+    ``zero_sign``), or within the elementwise bound ``tol``."""
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    if tol is not None:
+        ok = np.abs(got.astype(F64) - want.astype(F64)) <= tol
+    elif got.dtype.kind == "f":
+        ok = (got == want) | (np.isnan(got) & np.isnan(want))
+        if zero_sign:
+            ok &= (np.signbit(got) == np.signbit(want)) | np.isnan(want)
+    else:
+        ok = got == want
+    bad = np.flatnonzero(~ok)
+    assert not bad.size, (f"{what}: {bad.size} of {got.size} differ, e.g. at {bad[0]}: "
+                          f"{got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}")
+
+
+def _pool_cases(mode):
+    return POOL_CASES + (AVERAGE_ONLY if mode == "average" else [])
+
+
+FORWARD = [(m, d, c) for m in MODES for d in (ek.SUPPORTED_DTYPES if m == "max" else FLOATS)
+           for c in _pool_cases(m)]
+
+
+@pytest.mark.parametrize("mode, dtype, case", FORWARD,
+                         ids=[f"{m}-{d}-{_pool_id(c)}" for m, d, c in FORWARD])
+def test_pooling_is_the_cpu_kernel_bit_for_bit(host, mode, dtype, case):
+    _need_float16(host, dtype)
+    xs, k, s, p = case
+    rng = np.random.default_rng(sum(map(ord, f"{mode}{dtype}{_pool_id(case)}")))
+    x = _pool_values(xs, np.dtype(dtype), rng, special=(mode == "max"))
+    if mode != "max":
+        x = (x + rng.normal(size=xs)).astype(dtype)
+    op = Pooling(mode, k, s, p)
+    plan = pk.pooling_plan(op, [(x.shape, x.dtype)])
+    for bits in (32, 64):
+        (got,) = run_plan(plan, host, x, bits=bits)
+        (want,) = _cpu(op, x)
+        # numpy leaves the sign of max(+0, -0) to its SIMD loops (pool.DIFFERENCES)
+        _assert_same(got, want, f"Pooling {mode} {dtype} {bits}-bit", zero_sign=mode != "max")
+
+
+ADAPTIVE = [((2, 3, 7, 9), (3, 4)), ((1, 2, 10), (3,)), ((1, 2, 4, 5, 6), (2, 5, 1)),
+            ((2, 2, 5, 5), (5, 5))]
+
+
+@pytest.mark.parametrize("mode", MODES)
+def test_adaptive_pooling_is_the_cpu_kernel(host, mode):
+    rng = np.random.default_rng(17)
+    for xs, shape in ADAPTIVE:
+        x = (rng.normal(size=xs) + _pool_values(xs, F32, rng, special=False)).astype(F32)
+        op = AdaptivePooling(mode, shape)
+        (got,) = run_plan(pk.adaptive_pooling_plan(op, [(x.shape, x.dtype)]), host, x)
+        (want,) = _cpu(op, x)
+        _assert_same(got, want, f"AdaptivePooling {mode} {xs} -> {shape}")
+
+
+BACKWARD = [(m, (d, d, d), c) for m in MODES for d in FLOATS for c in _pool_cases(m)]
+BACKWARD += [("max", sig, POOL_CASES[2]) for sig in MIXED]
+
+
+def _average_backward_tolerance(op, x, y, dy, want):
+    """The bound of average PoolingBackward of float16/32 against the CPU kernel, which divides
+    in float64 and rounds each sum to float32 (pool.DIFFERENCES): a few float32 roundings per
+    window of the sum of magnitudes, and one float16 ulp at the end."""
+    if dy.dtype == F64:
+        return None  # bit for bit
+    (scale,) = _cpu(op, x, y, np.abs(dy).astype(F64))
+    windows = np.prod(np.ceil(np.array(op.kernel) / np.array(op.stride)))
+    tol = 2.0 ** -23 * (windows + 1) * scale
+    if dy.dtype == F16:
+        tol = tol + 2.0 ** -10 * np.abs(want.astype(F64))  # the neighbour of a tie
+    return tol
+
+
+@pytest.mark.parametrize("mode, sig, case", BACKWARD,
+                         ids=[f"{m}-{'-'.join(map(str, s))}-{_pool_id(c)}" for m, s, c in BACKWARD])
+def test_pooling_backward_is_the_cpu_kernel(host, mode, sig, case):
+    _need_float16(host, *sig)
+    xs, k, s, p = case
+    xd, yd, gd = sig
+    rng = np.random.default_rng(sum(map(ord, f"{mode}{sig}{_pool_id(case)}")))
+    x = _pool_values(xs, xd, rng)  # ties, NaN, infinities
+    (y,) = _cpu(Pooling(mode, k, s, p), x)
+    y = y.astype(yd)
+    dy = rng.normal(size=y.shape).astype(gd)  # finite (pool.DIFFERENCES)
+    op = PoolingBackward(mode, k, s, p)
+    plan = pk.pooling_backward_plan(op, [(a.shape, a.dtype) for a in (x, y, dy)])
+    (want,) = _cpu(op, x, y, dy)
+    tol = None if mode == "max" else _average_backward_tolerance(op, x, y, dy, want)
+    for bits in (32, 64):
+        (got,) = run_plan(plan, host, x, y, dy, bits=bits)
+        _assert_same(got, want, f"PoolingBackward {mode} {sig} {bits}-bit", tol)
+
+
+GATHER = [(sig, c) for sig in [(d, d, d) for d in FLOATS] + MIXED for c in POOL_CASES]
+
+
+@pytest.mark.parametrize("sig, case", GATHER,
+                         ids=[f"{'-'.join(map(str, s))}-{_pool_id(c)}" for s, c in GATHER])
+def test_max_pooling_gather_is_the_cpu_kernel(host, sig, case):
+    _need_float16(host, *sig)
+    xs, k, s, p = case
+    xd, yd, zd = sig
+    rng = np.random.default_rng(sum(map(ord, f"{sig}{_pool_id(case)}")))
+    x = _pool_values(xs, xd, rng)
+    (y,) = _cpu(Pooling("max", k, s, p), x)
+    y = y.astype(yd)
+    z = rng.normal(size=xs).astype(zd)
+    z.flat[::5] = -0.0  # the CPU's 0 + z makes it +0
+    op = MaxPoolingGather(k, s, p)
+    plan = pk.max_pooling_gather_plan(op, [(a.shape, a.dtype) for a in (x, y, z)])
+    for bits in (32, 64):
+        (got,) = run_plan(plan, host, x, y, z, bits=bits)
+        (want,) = _cpu(op, x, y, z)
+        _assert_same(got, want, f"MaxPoolingGather {sig} {bits}-bit")
+
+
+def test_max_pooling_backward_gives_a_tie_to_the_first_maximum(host):
+    x = np.array([[[[1, 3, 3], [3, 0, 3], [2, 3, 1]]]], F32)
+    op = PoolingBackward("max", (2, 2), (1, 1), (0, 0))
+    (y,) = _cpu(Pooling("max", (2, 2), (1, 1), (0, 0)), x)
+    dy = np.array([[[[1, 2], [4, 8]]]], F32)
+    (got,) = run_plan(pk.pooling_backward_plan(op, [(a.shape, a.dtype) for a in (x, y, dy)]),
+                      host, x, y, dy)
+    # every window's maximum is 3; the first in row-major window order takes its dy
+    want = np.array([[[[0, 1 + 2, 0], [4, 0, 8], [0, 0, 0]]]], F32)
+    np.testing.assert_array_equal(got, want)
+    np.testing.assert_array_equal(_cpu(op, x, y, dy)[0], want)
+
+
+def test_pooling_plans_launch_one_kernel_a_thread_per_element():
+    op = Pooling("average_count_exclude_padding", (3, 3), (2, 2), (1, 1))
+    (launch,) = pk.pooling_plan(op, [((2, 3, 7, 6), F16)]).steps
+    assert launch.kernel.name == "mge_pool_average_count_exclude_padding_f16_s32"
+    assert launch.args[:2] == (ck.Buf("y"), ck.Buf("x")) and launch.args[2] == 2 * 3 * 4 * 3
+    w = launch.args[3]
+    assert (w["in_"].tolist(), w["k"].tolist(), w["pad"].tolist()) == (
+        [1, 7, 6], [1, 3, 3], [0, 1, 1])  # 2-D as 3-D with a leading size-1 dim
+    back = pk.pooling_backward_plan(PoolingBackward("max", (3, 3), (2, 2), (1, 1)),
+                                    [((2, 3, 7, 6), F32), ((2, 3, 4, 3), F32),
+                                     ((2, 3, 4, 3), F32)])
+    (launch,) = back.steps
+    assert launch.args[4] == 2 * 3 * 7 * 6  # a thread per input element
+    assert pk.pooling_plan(op, [((0, 3, 7, 6), F32)]).steps == ()
+
+
+def test_pooling_errors_name_the_op_mode_and_dtypes():
+    with pytest.raises(ValueError, match=r"CUDA Pooling kernel: unknown mode 'median'"):
+        pk.pooling_kernel("median", F32)
+    with pytest.raises(TypeError, match=r"Pooling\('average'\) kernel: unsupported dtype int32"):
+        pk.pooling_kernel("average", "int32")
+    with pytest.raises(TypeError, match=r"PoolingBackward\('max'\) kernel: unsupported dtype "
+                                        r"int8 .*dtypes: float32, int8, float32"):
+        pk.pooling_backward_kernel("max", F32, "int8", F32)
+    with pytest.raises(TypeError, match=r"MaxPoolingGather kernel: unsupported dtype complex64"):
+        pk.max_pooling_gather_kernel(F32, F32, "complex64")
+    with pytest.raises(ValueError, match=r"index_bits must be 32 or 64"):
+        pk.pooling_kernel("max", F32, index_bits=8)
+    assert pk.pooling_kernel("MAX", F32).name == "mge_pool_max_f32_s32"
+    with pytest.raises(TypeError, match=r"Pooling\.average: average pooling needs a floating "
+                                        r"point input"):
+        pk.pooling_plan(Pooling("average", (2, 2)), [((1, 1, 4, 4), "int32")])
+    with pytest.raises(ValueError, match=r"Pooling\.max: kernel \(5, 5\) is larger than the padded "
+                                         r"input.*\(1, 1, 4, 4\)"):
+        pk.pooling_plan(Pooling("max", (5, 5)), [((1, 1, 4, 4), F32)])
+    with pytest.raises(ValueError, match=r"CUDA plan: the CUDA kernels take 1 to 3 spatial dims"):
+        pk.pooling_plan(Pooling("max", (1,) * 4), [((1, 1, 2, 2, 2, 2), F32)])
+    with pytest.raises(TypeError, match=r"CUDA plan: expects 3 inputs"):
+        pk.pooling_backward_plan(PoolingBackward("max", (2, 2)), [((1, 1, 4, 4), F32)])
