@@ -76,6 +76,7 @@ _chains = stack.chains
 
 
 _top = None  # a running jit.trace's hook for top-level calls (set_top_hook), or None
+_top_call = None  # its bound ``top`` method (looked up once, not per op)
 if cython.compiled:  # (its door methods are C calls)
     from cython.cimports.mge._core.profile_recorder_c import Recorder as _Recorder
 else:
@@ -92,8 +93,8 @@ def apply(op, *inputs):
     """Apply ``op`` to ``inputs`` through the transformation stack; returns a tuple of tensors."""
     if _prof is not None:  # profiler: the op as a dispatch span (the only check when idle)
         return _apply_profiled(op, inputs)
-    if _top is not None:
-        return _top.top(op, inputs)
+    if _top_call is not None:
+        return _top_call(op, inputs)
     return _through_stack(op, inputs)
 
 
@@ -103,8 +104,8 @@ def _apply_profiled(op, inputs):
     rec = _prof
     rec.enter_dispatch(op)
     try:
-        if _top is not None:
-            return _top.top(op, inputs)
+        if _top_call is not None:
+            return _top_call(op, inputs)
         return _through_stack(op, inputs)
     finally:
         rec.exit_dispatch()
@@ -119,9 +120,10 @@ def set_top_hook(hook):
     """Install ``hook`` (``hook.top(op, inputs)`` answers every top-level ``apply``) or remove
     it (``None``); returns the previous one.  ``mge.jit.trace`` uses it to record which ops
     each call of the user's code issued, and to replay whole calls without the stack."""
-    global _top
+    global _top, _top_call
     prev = _top
     _top = hook
+    _top_call = hook.top if hook is not None else None
     return prev
 
 
