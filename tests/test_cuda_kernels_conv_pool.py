@@ -353,12 +353,12 @@ def test_the_conv_plans_compute_what_the_cpu_kernels_do(host, case, dtype):
     rng = np.random.default_rng(sum(map(ord, _case_id(case) + str(dtype))))
     for op, inputs in _conv_problems(case, dtype, rng):
         descs = [(a.shape, a.dtype) for a in inputs]
-        plan = ck.CONV_PLANS[type(op)](op, descs)
+        plan = ck.PLANS[type(op)](op, descs)
         for k, limit in enumerate(_limits(plan)):
-            plan = ck.CONV_PLANS[type(op)](op, descs, workspace_limit=limit)
+            plan = ck.PLANS[type(op)](op, descs, workspace_limit=limit)
             if plan.chunk and plan.buffers[-1].role == "workspace":
                 # the chunks' workspace is under the limit whenever one image fits
-                one = ck.CONV_PLANS[type(op)](op, descs, workspace_limit=1).workspace_bytes
+                one = ck.PLANS[type(op)](op, descs, workspace_limit=1).workspace_bytes
                 assert plan.workspace_bytes <= max(limit, one)
             bits = 64 if k == 1 else 32  # the 64-bit variants on one of the chunkings
             (got,) = run_plan(plan, host, *inputs, bits=bits)

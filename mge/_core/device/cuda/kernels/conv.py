@@ -65,7 +65,7 @@ from .elemwise import typecvt_kernel
 __all__ = ["Buf", "Launch", "GemmCall", "Fill", "BufferSpec", "LaunchPlan", "pack_window",
            "WINDOW_DTYPE", "grid_for", "launch_index_bits", "col_dtype", "batch_chunks",
            "im2col_kernel", "col2im_kernel", "nchw_to_cnp_kernel", "conv_forward_plan",
-           "conv_backward_data_plan", "conv_backward_filter_plan", "CONV_PLANS", "CONV_DTYPES",
+           "conv_backward_data_plan", "conv_backward_filter_plan", "PLANS", "CONV_DTYPES",
            "BLOCK", "MAX_GRID", "MAX_SPATIAL_DIMS", "DEFAULT_WORKSPACE_LIMIT", "DIFFERENCES"]
 
 #: Threads per block of every kernel here (a multiple of the warp; 256 keeps several blocks per
@@ -786,5 +786,5 @@ def conv_backward_filter_plan(op, descs, workspace_limit=DEFAULT_WORKSPACE_LIMIT
 
 
 #: op class -> ``plan(op, descs, workspace_limit=...)``.
-CONV_PLANS = {Convolution: conv_forward_plan, ConvolutionBackwardData: conv_backward_data_plan,
+PLANS = {Convolution: conv_forward_plan, ConvolutionBackwardData: conv_backward_data_plan,
               ConvolutionBackwardFilter: conv_backward_filter_plan}

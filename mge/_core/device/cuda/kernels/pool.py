@@ -48,7 +48,7 @@ from .elemwise import SUPPORTED_DTYPES, _code, _compute, _storage
 
 __all__ = ["pooling_kernel", "pooling_backward_kernel", "max_pooling_gather_kernel",
            "pooling_plan", "adaptive_pooling_plan", "pooling_backward_plan",
-           "max_pooling_gather_plan", "POOL_PLANS", "FLOAT_DTYPES", "DIFFERENCES"]
+           "max_pooling_gather_plan", "PLANS", "FLOAT_DTYPES", "DIFFERENCES"]
 
 _F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
 #: The dtypes of the average modes, the backward ops and the gather.
@@ -455,5 +455,5 @@ def max_pooling_gather_plan(op, descs):
 
 
 #: op class -> ``plan(op, descs)``.
-POOL_PLANS = {Pooling: pooling_plan, AdaptivePooling: adaptive_pooling_plan,
+PLANS = {Pooling: pooling_plan, AdaptivePooling: adaptive_pooling_plan,
               PoolingBackward: pooling_backward_plan, MaxPoolingGather: max_pooling_gather_plan}
