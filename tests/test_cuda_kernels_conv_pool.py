@@ -366,6 +366,38 @@ def test_the_conv_plans_compute_what_the_cpu_kernels_do(host, case, dtype):
                          f"{limit} ({plan.chunk} images a chunk, {bits}-bit index)")
 
 
+def _random_geometries(count, seed=2024):
+    """``count`` seeded random 1-D to 3-D geometries in CONV_CASES' form: odd strides,
+    dilations, paddings and groups together (sizes the op's rule accepts)."""
+    rng = np.random.default_rng(seed)
+    cases = []
+    while len(cases) < count:
+        nd = int(rng.integers(1, 4))
+        g = int(rng.choice([1, 1, 2, 3]))
+        ig, og = int(rng.integers(1, 3)), int(rng.integers(1, 3))
+        k = tuple(int(v) for v in rng.integers(1, 4, nd))
+        s = tuple(int(v) for v in rng.integers(1, 4, nd))
+        d = tuple(int(v) for v in rng.integers(1, 3, nd))
+        p = tuple(int(rng.integers(0, kk + 1)) for kk in k)
+        sp = tuple(int(v) for v in rng.integers(3, 9 if nd < 3 else 6, nd))
+        if any((n + 2 * pp - dd * (kk - 1) - 1) < 0 for n, pp, dd, kk in zip(sp, p, d, k)):
+            continue
+        opad = tuple(int(rng.integers(0, max(ss, dd))) for ss, dd in zip(s, d))
+        ws = (g, og, ig) + k if g > 1 else (og, ig) + k
+        cases.append(((int(rng.integers(1, 4)), g * ig) + sp, ws, s, p, d, g, opad))
+    return cases
+
+
+@pytest.mark.parametrize("case", _random_geometries(12), ids=_case_id)
+def test_random_geometries_in_float32(host, case):
+    rng = np.random.default_rng(sum(map(ord, _case_id(case))))
+    for op, inputs in _conv_problems(case, F32, rng):
+        descs = [(a.shape, a.dtype) for a in inputs]
+        for limit in (ck.DEFAULT_WORKSPACE_LIMIT, 1):
+            (got,) = run_plan(ck.PLANS[type(op)](op, descs, workspace_limit=limit), host, *inputs)
+            _check_close(got, op, inputs, f"{type(op).__name__} workspace limit {limit}")
+
+
 def test_chunks_cover_the_batch_evenly_under_the_limit():
     assert ck.batch_chunks(10, 100, 400) == [(0, 4), (4, 4), (8, 2)]
     assert ck.batch_chunks(9, 100, 400) == [(0, 3), (3, 3), (6, 3)]  # 3 chunks, even
