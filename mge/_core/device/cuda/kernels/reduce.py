@@ -64,7 +64,7 @@ import numpy as np
 from ....ops.reduce import REDUCE_MODES, cumsum_dtype, normalize_axes, reduce_dtype
 from .elemwise import _PRELUDE, _TYPES, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
 
-__all__ = ["reduce_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch", "reduce_view",
+__all__ = ["reduce_kernel", "total_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch", "reduce_view",
            "block_shape", "Launch", "Plan", "REDUCE_KERNEL_MODES", "STAGES", "THREADS",
            "DIFFERENCES", "NVRTC_OPTIONS", "program"]
 
@@ -139,13 +139,17 @@ def _acc(mode, d):
     return f"mge_argpair<{_compute_ctype(d)}>"
 
 
+_CSIZE = {"bool": 1, "signed char": 1, "unsigned char": 1, "short": 2, "unsigned short": 2,
+          "int": 4, "unsigned int": 4, "float": 4, "long long": 8, "unsigned long long": 8,
+          "double": 8}
+
+
 def _acc_itemsize(ctype):
+    """The bytes of an accumulator of C type ``ctype`` (in shared memory and workspaces)."""
     if ctype.startswith("mge_argpair"):
-        inner = ctype[len("mge_argpair<"):-1]
-        size = {"bool": 1, "signed char": 1, "unsigned char": 1, "short": 2,
-                "unsigned short": 2, "int": 4, "float": 4, "long long": 8, "double": 8}[inner]
+        size = _CSIZE[ctype[len("mge_argpair<"):-1]]
         return 8 if size <= 4 else 16  # {V v; int i;} at V's alignment (4 at least)
-    return _ACC[ctype][1].itemsize
+    return _CSIZE[ctype]
 
 
 def _out_dtype(mode, d):
@@ -404,10 +408,9 @@ def _store_expr(expr, expr_ctype, out):
     return f"({_storage(out)})({expr})"
 
 
-def _op_struct(name, mode, in_dtype, stage):
+def _op_struct(name, mode, in_dtype, stage, out):
     """(C type stored in, C type stored out, guarded text of the struct ``name``)."""
     acc = _acc(mode, in_dtype)
-    out = _out_dtype(mode, in_dtype)
     raw_in = stage == "final"
     in_t = acc if raw_in else _storage(in_dtype)
     out_t = acc if stage == "partial" else _storage(out)
@@ -518,14 +521,26 @@ def reduce_kernel(mode, in_dtype, out_dtype=None, stage="full"):
     return _reduce_kernel(mode, d, stage)
 
 
+def total_kernel(mode, dtype):
+    """A "final" ``Reduce`` kernel of the sum or mean of accumulators of ``dtype`` values (float,
+    double for float64) into ``dtype`` itself (the op's mean of float16 gives float32; a loss's
+    mean keeps its dtype): the total of per-sample values a kernel left in a workspace."""
+    if mode not in ("sum", "mean"):
+        raise ValueError(f"CUDA total kernel: mode must be 'sum' or 'mean', got {mode!r}")
+    d = _dtype(f"Reduce({mode!r}) kernel", dtype)
+    if d.kind != "f":
+        raise _error(TypeError, f"Reduce({mode!r}) total kernel", "takes float dtypes", [d])
+    return _reduce_kernel(mode, d, "final", d)
+
+
 @functools.lru_cache(maxsize=None)  # the device asks at every launch; the text is made once
-def _reduce_kernel(mode, d, stage):
-    out = _out_dtype(mode, d)
+def _reduce_kernel(mode, d, stage, out=None):
+    out = _out_dtype(mode, d) if out is None else out
     tag = "" if stage == "full" else f"_{stage}"
     base = f"{mode}_{_code(d)}" if mode in ("argmax", "argmin") else \
         f"reduce_{mode}_{_code(d)}_to_{_code(out)}"
     op = f"mge_rop_{base}{tag}"
-    in_t, out_t, op_text = _op_struct(op, mode, d, stage)
+    in_t, out_t, op_text = _op_struct(op, mode, d, stage, out)
     name = f"mge_{base}{tag}"
     params = (f"{out_t}* out", f"const {in_t}* in", "long long outer", "long long n",
               "long long inner", "long long chunk", "long long count")

@@ -18,8 +18,9 @@ file this is the usual price of a stable softmax without a workspace.  float16 c
 and float64 in double, as the CPU kernels (``device/cpu/kernels/nn.py``) do.
 
 ``SoftmaxCrossEntropy`` with ``reduction="sum"``/``"mean"`` writes each sample's loss (in the
-accumulation type) to a workspace and reduces it with ``reduce.py``'s "final" ``Reduce`` kernel of
-the logits' dtype (a tree, no atomics: the same bits at every run).  A label out of range sets
+accumulation type) to a workspace and reduces it with ``reduce.py``'s ``total_kernel`` (its
+"final" ``Reduce`` kernel, into the logits' dtype: a tree, no atomics, the same bits at every
+run).  A label out of range sets
 ``*status`` to 1 (the device raises the CPU kernel's ``IndexError`` after the launch) and gives
 NaN in that sample's loss; the gradient then has no one-hot term for it.
 """
@@ -29,7 +30,7 @@ import numpy as np
 
 from .elemwise import _PRELUDE, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
 from .reduce import (
-    _BLOCK_PRELUDE, Launch, Plan, _tile_launch, reduce_kernel, reduce_view,
+    _BLOCK_PRELUDE, Launch, Plan, _tile_launch, reduce_view, total_kernel,
 )
 
 __all__ = ["softmax_kernel", "cross_entropy_kernel", "cross_entropy_backward_kernel",
@@ -344,8 +345,8 @@ def softmax_launch(dtype, shape, axis, log=False):
 def cross_entropy_launch(dtype, label_dtype, shape, axis, reduction="none"):
     """The ``Plan`` of ``SoftmaxCrossEntropy(axis, reduction)`` of C-contiguous logits of
     ``shape`` and labels of ``label_dtype`` (the logits' shape without ``axis``): the per-sample
-    kernel into the output, or into workspace "ws0" then the "final" ``Reduce`` kernel of the
-    reduction over it.  The kernels set the int "status" (zeroed first) to 1 for a label out of
+    kernel into the output, or into workspace "ws0" then ``total_kernel`` of the reduction over
+    it.  The kernels set the int "status" (zeroed first) to 1 for a label out of
     range."""
     what = _OPS["cross_entropy"]
     reduction = _reduction(what, reduction)
@@ -366,7 +367,7 @@ def cross_entropy_launch(dtype, label_dtype, shape, axis, reduction="none"):
                                      m, n, inner, 1,
                                      ("ws0", "in", "label", outer, n, inner, "status"), size,
                                      2 * size))
-    total = reduce_kernel(reduction, x, stage="final")
+    total = total_kernel(reduction, x)
     launches.append(_tile_launch(total, 1, m, 1, 1, ("out", "ws0" if m else None, 1, m, 1, m, m),
                                  size))
     return Plan(tuple(launches), (max(m, 1) * size,), (outer, n, inner))

@@ -1,0 +1,645 @@
+"""The CUDA device's reduction, scan and softmax kernels, checked without a GPU.
+
+``mge/_core/device/cuda/kernels/reduce.py`` (``Reduce``, ``Argmax``/``Argmin``, ``CumSum``) and
+``softmax.py`` (``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropy`` and its backward) write CUDA
+C per op and dtype signature, and a launch plan per call.  Here:
+
+* every kernel of every signature compiles with NVRTC for ``compute_90`` and an older
+  architecture (one program per group, ``-Ofc=max`` as in ``test_cuda_codegen.py``), and ptxas
+  assembles for ``sm_90`` a program holding one kernel of each template and stage, with the
+  kernels' own flags;
+* the same sources built with g++ run on numpy arrays through ctypes, launched exactly as the
+  plans say (grid, block and shared bytes through ``mge_host_launch``, the plan's arguments and
+  workspaces), against the CPU kernels: exactly for integers (wrapping included), max/min and
+  argmax/argmin (NaN and ties included); float sums, means, products and scans against float64
+  references within the bounds stated at ``_sum_bound``; softmax and the losses within the
+  tolerances of ``_SOFTMAX_TOL`` (measured: a few ulp);
+* the plans' geometry (coalescing, split rows), the host emulation's shared-memory guard, and
+  errors: unknown modes, unsupported dtypes, axes the kernels do not take.
+
+Without libnvrtc, ptxas or g++ the tests that need them are skipped with the reason, except
+under ``CI`` (which installs them), where that is a failure.
+"""
+import concurrent.futures
+import ctypes
+import math
+import os
+import re
+import warnings
+import zlib
+
+import numpy as np
+import pytest
+
+from mge._core.device.cpu import KERNELS
+from mge._core.device.cuda import hostbuild, nvrtc
+from mge._core.device.cuda.kernels import elemwise as ek
+from mge._core.device.cuda.kernels import reduce as rk
+from mge._core.device.cuda.kernels import softmax as sk
+from mge._core.ops.nn import (
+    LogSoftmax, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward,
+)
+from mge._core.ops.reduce import Argmax, Argmin, CumSum, Reduce
+
+DTYPES = ek.SUPPORTED_DTYPES
+B, I8, U8, I16, I32, I64 = (np.dtype(d) for d in ("bool", "int8", "uint8", "int16", "int32",
+                                                  "int64"))
+F16, F32, F64 = sk.FLOAT_DTYPES
+WORKERS = min(2, os.cpu_count() or 1)  # NVRTC, ptxas and g++ run outside the GIL
+MODES = rk.REDUCE_KERNEL_MODES
+RAW_SCANS = (I8, I64, F32, F64)  # one dtype per accumulator type (u32, u64, float, double)
+
+
+def _missing(message):
+    if os.environ.get("CI"):  # CI installs the CUDA wheels and g++: there a missing one fails
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+def _reduce_kernels():
+    return [rk.reduce_kernel(m, d, stage=s) for m in MODES for d in DTYPES for s in rk.STAGES]
+
+
+def _scan_kernels():
+    return [rk.cumsum_kernel(d) for d in DTYPES] + [rk._raw_scan_kernel(d) for d in RAW_SCANS]
+
+
+def _softmax_kernels():
+    ks = [sk.softmax_kernel(d, log) for d in sk.FLOAT_DTYPES for log in (False, True)]
+    ks += [sk.cross_entropy_kernel(d, lab, acc) for d in sk.FLOAT_DTYPES
+           for lab in sk.LABEL_DTYPES for acc in (False, True)]
+    ks += [sk.cross_entropy_backward_kernel(d, lab) for d in sk.FLOAT_DTYPES
+           for lab in sk.LABEL_DTYPES]
+    ks += [sk.cross_entropy_backward_kernel(d, I32, dy) for d in sk.FLOAT_DTYPES
+           for dy in sk.FLOAT_DTYPES if dy != d]
+    # the losses' totals are Reduce's "final" kernels but for the mean of float16 (into float16)
+    return ks + [rk.total_kernel("mean", F16)]
+
+
+ALL_KERNELS = _reduce_kernels() + _scan_kernels() + _softmax_kernels()
+
+
+# -- compiling ------------------------------------------------------------------------------------
+
+@pytest.fixture(scope="module")
+def nvrtc_ready():
+    why = nvrtc.why_unavailable()
+    if why:
+        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
+
+
+@pytest.fixture(scope="module")
+def old_arch(nvrtc_ready):
+    """The oldest architecture from Volta on that this NVRTC compiles for."""
+    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
+
+
+def _fast_options():
+    # -Ofc (NVRTC 12.8+): the same front end, little optimisation, several times faster
+    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
+    return rk.NVRTC_OPTIONS + fast
+
+
+def _entries(ptx):
+    return set(re.findall(r"\.entry\s+(\w+)", ptx))
+
+
+@pytest.fixture(scope="module")
+def sweep(old_arch):
+    """{arch: names of the entries in the PTX of every group}, one program per group."""
+    reduce_ks = _reduce_kernels()
+    groups = [reduce_ks[k::3] for k in range(3)] + [_scan_kernels(), _softmax_kernels()]
+    items = [(g, arch) for g in groups for arch in ("compute_90", old_arch)]
+
+    def compile_group(item):
+        kernels, arch = item
+        return arch, _entries(nvrtc.compile_ptx(rk.program(kernels), "reduce_sweep.cu", arch,
+                                                _fast_options()))
+
+    with concurrent.futures.ThreadPoolExecutor(WORKERS) as pool:
+        results = list(pool.map(compile_group, items))
+    nvrtc.clear_cache()
+    found = {}
+    for arch, names in results:
+        found.setdefault(arch, set()).update(names)
+    return found
+
+
+def test_every_kernel_compiles_for_hopper_and_an_older_arch(sweep, old_arch):
+    names = {k.name for k in ALL_KERNELS}
+    assert len(names) == len(ALL_KERNELS), "two kernels share a name"
+    for arch in ("compute_90", old_arch):
+        missing = sorted(names - sweep[arch])
+        assert not missing, f"not in the PTX for {arch}: {missing[:10]}"
+    bad = [n for n in names if not re.fullmatch(r"[A-Za-z][A-Za-z0-9_]*", n) or "__" in n]
+    assert not bad
+
+
+def test_ptxas_assembles_each_template_for_sm90(nvrtc_ready):
+    if nvrtc.find_ptxas() is None:
+        _missing("ptxas is needed to assemble PTX: pip install nvidia-cuda-nvcc-cu12 (or set "
+                 "MGE_PTXAS)")
+    # one kernel per template, stage and accumulator kind (the shuffles of pairs, of 8-, 16-,
+    # 32- and 64-bit values, and float16's inline PTX conversions are checked only here)
+    kernels = [rk.reduce_kernel("sum", F32), rk.reduce_kernel("argmax", F16, stage="partial"),
+               rk.reduce_kernel("argmin", F64, stage="final"), rk.reduce_kernel("max", I8),
+               rk.reduce_kernel("mean", I16), rk.reduce_kernel("prod", I64),
+               rk.reduce_kernel("min", B), rk.cumsum_kernel(F16), rk._raw_scan_kernel(I64),
+               sk.softmax_kernel(F32), sk.softmax_kernel(F16, log=True),
+               sk.cross_entropy_kernel(F64, I64, per_sample_acc=True),
+               sk.cross_entropy_backward_kernel(F16, U8, F32)]
+    ptx = nvrtc.compile_ptx(rk.program(kernels), "reduce_rep.cu", "compute_90", rk.NVRTC_OPTIONS)
+    cubin = nvrtc.assemble(ptx, "sm_90", name="reduce_rep.ptx")
+    assert cubin[:4] == b"\x7fELF"
+    absent = [k.name for k in kernels if k.name.encode() not in cubin]
+    assert not absent, f"not in the cubin: {absent}"
+    assert "shfl.sync.down" in ptx and "bar.sync" in ptx  # warp shuffles and barriers
+
+
+# -- the host build -------------------------------------------------------------------------------
+
+class Host:
+    """The host build: ``run(plan, buffers)`` runs a plan's launches as a GPU would, with the
+    plan's grid, block, shared bytes and arguments; workspaces are allocated here."""
+
+    def __init__(self, lib):
+        self.library = lib
+        self.float16 = lib.float16
+        self.launch = lib.lib.mge_host_launch
+        self.launch.argtypes = [ctypes.c_uint] * 5
+        self.launch.restype = None
+        self.error = ctypes.c_int.in_dll(lib.lib, "mge_host_error")
+
+    @staticmethod
+    def _argtype(param):
+        if "*" in param:
+            return ctypes.c_void_p
+        return ctypes.c_int if param.startswith("int ") else ctypes.c_longlong
+
+    def call(self, launch, buffers, grid=None):
+        """One launch (``grid`` overrides the plan's, to check that any grid covers the work)."""
+        k = launch.kernel
+        fn = self.library.function(k.name, [self._argtype(p) for p in k.params])
+        gx, gy, _ = grid or launch.grid
+        self.launch(gx, gy, launch.block[0], launch.block[1], launch.shared)
+        args = []
+        for a, p in zip(launch.args, k.params):
+            if a is None or isinstance(a, str):
+                args.append(None if a is None else buffers[a].ctypes.data)
+            else:
+                args.append(int(a))
+        fn(*args)
+        assert self.error.value == 0, f"{k.name}: more shared memory than the plan gives"
+
+    def run(self, plan, buffers, grid=None):
+        buffers = dict(buffers)
+        for k, size in enumerate(plan.workspace):
+            buffers[f"ws{k}"] = np.full(size, 0xA5, np.uint8)  # garbage: nothing reads it unset
+        for launch in plan.launches:
+            self.call(launch, buffers, grid)
+        return buffers
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory):
+    """One host build of every kernel, a translation unit per worker."""
+    why = hostbuild.why_unavailable()
+    if why:
+        _missing(why)
+    kernels = [k for k in ALL_KERNELS
+               if hostbuild.have_float16() or "f16" not in k.name]
+    units = [rk.program(kernels[k::WORKERS]) for k in range(WORKERS)]
+    lib = hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_reduce_host")), jobs=WORKERS)
+    return Host(lib)
+
+
+def _need_float16(host, *dtypes):
+    if F16 in dtypes and not host.float16:
+        _missing("this g++ has no _Float16 for the float16 kernels (gcc 12 or later has it)")
+
+
+def _cpu(op, *arrays):
+    with np.errstate(all="ignore"), warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return [np.asarray(r) for r in KERNELS[type(op)](op, *arrays)]
+
+
+def _rng(*key):
+    return np.random.default_rng(zlib.crc32(repr(key).encode()))
+
+
+# -- inputs ---------------------------------------------------------------------------------------
+
+def _values(dtype, shape, rng, mode="sum"):
+    """Values of ``dtype``: integers over the whole range (sums and products wrap, as numpy's),
+    few distinct ones for argmax/argmin (ties), floats around 0, near 1 for products (whose
+    logarithms then sum to well within the dtype's range)."""
+    size = math.prod(shape)
+    if dtype == B:
+        return rng.random(shape) < 0.5
+    if dtype.kind in "iu":
+        info = np.iinfo(dtype)
+        if mode in ("argmax", "argmin", "max", "min"):
+            return rng.integers(-3, 4, shape).clip(info.min, info.max).astype(dtype)
+        if mode == "mean":
+            return rng.integers(max(info.min, -10 ** 6), min(info.max, 10 ** 6), shape,
+                                endpoint=True).astype(dtype)
+        return rng.integers(info.min, info.max, shape, endpoint=True, dtype=dtype)
+    if mode == "prod":  # log-uniform: products of 20000 terms stay within the dtype's range
+        spread = 0.01 if dtype == F16 else 0.05
+        return np.exp(rng.uniform(-spread, spread, size)).reshape(shape).astype(dtype)
+    scale = 1 if dtype == F16 else 3  # (20000 squares stay within float16's range)
+    return rng.normal(0, scale, size).reshape(shape).astype(dtype)
+
+
+# (shape, axis): a scalar, rows of 1, short rows with a large inner, long rows not a multiple of
+# the block, several axes as one, rows long enough to be split (few outputs)
+REDUCE_SHAPES = [((), None), ((1,), 0), ((7,), None), ((5, 1), 1), ((3, 7), 1), ((3, 7), 0),
+                 ((2, 300, 3), 1), ((4, 1000), -1), ((3, 4, 5), (1, 2)), ((40, 1, 33), (0, 1)),
+                 ((3, 10000), 1), ((20000, 2), 0)]
+
+
+def _eps(dtype):
+    return float(np.finfo(dtype).eps)
+
+
+def _acc_eps(dtype):
+    return _eps(F64) if dtype == F64 else _eps(F32)
+
+
+def _sum_bound(shape, axis, dtype, absum, ref, terms_per_thread=None):
+    """A bound on a float sum's error: every term passes through at most ``n / TY`` additions in
+    its thread's run, ``log2(TY)`` in the tree and one for a split's final combination, each
+    off by half an ulp of the accumulation type of the partial sum (at most the sum of the
+    |terms|); the float64 reference's pairwise sum through ``log2(n)``; plus the output's
+    rounding."""
+    outer, n, inner = rk.reduce_view(shape if shape else (1,), axis if shape else 0)
+    _, ty = rk.block_shape(n, inner)
+    steps = (terms_per_thread or -(-n // ty)) + math.log2(ty) + 2
+    if dtype == F64:
+        steps += math.log2(max(n, 1)) + 1
+    return _acc_eps(dtype) * steps * absum + _eps(dtype) * np.abs(ref)
+
+
+def _run_reduce(host, mode, x, axis):
+    plan = rk.reduce_launch(mode, x.dtype, x.shape, axis)
+    op = {"argmax": Argmax(axis), "argmin": Argmin(axis)}.get(mode) or Reduce(mode, axis)
+    (want,) = _cpu(op, x)
+    out = _garbage(want.shape, want.dtype)
+    host.run(plan, {"out": out, "in": np.ascontiguousarray(x)})
+    return out, want, plan
+
+
+def _garbage(shape, dtype):
+    """An output filled with 0x55 bytes, so that an element the kernel never writes shows."""
+    size = math.prod(shape) * dtype.itemsize
+    return np.frombuffer(b"\x55" * size, dtype).reshape(shape).copy()
+
+
+def _reduce_case_id(case):
+    mode, dtype = case
+    return f"{mode}-{dtype}"
+
+
+REDUCE_CASES = [(m, d) for m in MODES for d in DTYPES]
+
+
+@pytest.mark.parametrize("case", REDUCE_CASES, ids=_reduce_case_id)
+def test_reduce_computes_what_the_cpu_kernel_does(host, case):
+    mode, dtype = case
+    _need_float16(host, dtype)
+    for shape, axis in REDUCE_SHAPES:
+        x = _values(dtype, shape, _rng(mode, str(dtype), shape), mode)
+        got, want, plan = _run_reduce(host, mode, x, axis)
+        what = f"{mode} of {dtype}{shape} over {axis} ({len(plan.launches)} launches)"
+        assert got.dtype == want.dtype and got.shape == want.shape, what
+        exact = want.dtype.kind != "f" or mode in ("max", "min")
+        if exact:
+            np.testing.assert_array_equal(got, want, err_msg=what)
+            continue
+        wide = x.astype(F64)
+        axes = axis if axis is not None else tuple(range(x.ndim))
+        if mode == "prod":
+            ref = np.prod(wide, axis=axes) if x.ndim else wide
+            # every one of the n - 1 multiplications rounds the whole product (half an ulp), in
+            # any order; the float64 reference's own as many
+            n = x.size // max(1, np.size(ref))
+            bound = (n * _acc_eps(dtype) + _eps(want.dtype)) * np.abs(ref)
+        else:
+            terms = wide * wide if mode == "sum_sqr" else wide
+            ref = np.sum(terms, axis=axes) if x.ndim else terms
+            bound = _sum_bound(shape, axis, want.dtype,
+                               np.sum(np.abs(terms), axis=axes) if x.ndim else np.abs(terms), ref)
+            if mode == "mean":
+                count = max(1, x.size // max(1, np.size(ref)))
+                ref, bound = ref / count, bound / count
+                if dtype.kind != "f":  # an exact integer sum divided once
+                    bound = _eps(want.dtype) * np.abs(ref)
+        err = np.abs(got.astype(F64) - ref)
+        assert np.all(err <= bound), f"{what}: error {err.max()} over {np.max(bound)}"
+
+
+def test_reduce_of_an_empty_axis_is_the_identity_and_mean_nan(host):
+    x = np.zeros((3, 0, 2), F32)
+    for mode, value in [("sum", 0.0), ("prod", 1.0), ("sum_sqr", 0.0), ("mean", np.nan)]:
+        got, want, _ = _run_reduce(host, mode, x, 1)
+        np.testing.assert_array_equal(got, want)
+        np.testing.assert_array_equal(got, np.full((3, 2), value, F32))
+    assert rk.reduce_launch("sum", F32, (0, 5), 1).launches == ()  # nothing to write
+
+
+@pytest.mark.parametrize("dtype", [F16, F32, F64], ids=str)
+def test_nan_and_ties_in_max_min_argmax_argmin(host, dtype):
+    _need_float16(host, dtype)
+    rng = _rng("nan", str(dtype))
+    x = rng.integers(-2, 3, (6, 700)).astype(dtype)  # many ties
+    x[1, [5, 400]] = np.nan  # the first NaN wins argmax and argmin, max/min are NaN
+    x[2, 699] = np.nan
+    x[3, :] = np.nan
+    x[4, 10] = np.inf
+    x[5, 3] = -np.inf
+    for mode in ("max", "min", "argmax", "argmin"):
+        for axis in (1, 0):
+            got, want, _ = _run_reduce(host, mode, x, axis)
+            np.testing.assert_array_equal(got, want, err_msg=f"{mode} over {axis}")
+    got, _, _ = _run_reduce(host, "argmax", x, 1)
+    assert got.tolist()[1:4] == [5, 699, 0]
+
+
+def test_integer_sums_and_products_wrap_as_numpy(host):
+    x = np.full((2, 300), 100, I8)
+    got, want, _ = _run_reduce(host, "sum", x, 1)
+    assert got.tolist() == want.tolist() == [48] * 2  # 30000 modulo 256
+    y = np.full((1, 40), 3, I32)
+    got, want, _ = _run_reduce(host, "prod", y, 1)
+    assert got.tolist() == want.tolist() == [int(np.int32(np.uint32(pow(3, 40, 2 ** 32))))]
+    big = np.array([2 ** 62, 2 ** 62, 2 ** 62, 7], I64)
+    got, want, _ = _run_reduce(host, "sum", big, 0)
+    assert int(got) == int(want) == -(2 ** 62) + 7
+    flags = np.ones(1000, B)
+    got, want, _ = _run_reduce(host, "sum_sqr", flags, 0)
+    assert got.dtype == I32 and int(got) == int(want) == 1000
+
+
+# -- CumSum ---------------------------------------------------------------------------------------
+
+CUMSUM_SHAPES = [((), 0), ((1,), 0), ((5,), 0), ((3, 300), 1), ((40, 3, 7), 0), ((2, 513, 3), 1),
+                 ((3, 20000), 1), ((9000, 3), 0)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_cumsum_computes_what_the_cpu_kernel_does(host, dtype):
+    _need_float16(host, dtype)
+    for shape, axis in CUMSUM_SHAPES:
+        x = _values(dtype, shape, _rng("cumsum", str(dtype), shape))
+        for exclusive in (False, True):
+            for reverse in (False, True):
+                op = CumSum(axis, exclusive, reverse)
+                (want,) = _cpu(op, x)
+                plan = rk.cumsum_launch(dtype, shape, axis, exclusive, reverse)
+                got = _garbage(want.shape, want.dtype)
+                host.run(plan, {"out": got, "in": np.ascontiguousarray(x)})
+                what = (f"cumsum of {dtype}{shape} axis {axis} exclusive={exclusive} "
+                        f"reverse={reverse} ({len(plan.launches)} launches)")
+                assert got.dtype == want.dtype, what
+                if dtype.kind != "f":
+                    np.testing.assert_array_equal(got, want, err_msg=what)
+                    continue
+                wide = x.astype(F64).reshape(shape or (1,))
+                flip = np.flip(wide, axis) if reverse else wide
+                ref = np.cumsum(flip, axis=axis) - (flip if exclusive else 0)
+                absum = np.cumsum(np.abs(flip), axis=axis)
+                if reverse:
+                    ref, absum = np.flip(ref, axis), np.flip(absum, axis)
+                # each prefix: its chunks' carries, the column's carry per TY elements, log2(TY)
+                # scan stages; float16 rounds once at the store
+                n = (shape or (1,))[axis]
+                bound = _sum_bound(shape or (1,), axis, dtype, absum, ref,
+                                   terms_per_thread=-(-n // 8))
+                err = np.abs(got.astype(F64).reshape(ref.shape) - ref)
+                assert np.all(err <= bound), f"{what}: error {err.max()}"
+
+
+# -- softmax and the losses -----------------------------------------------------------------------
+
+# (rtol, atol) against the CPU kernels: both a few ulp of the accumulation type from the exact
+# value (exp/log of CUDA or glibc, sums in other orders); float16 rounds once from float on both,
+# so it may land on the neighbouring float16.  Measured here: at most 4e-7 / 2e-6 in float32.
+_SOFTMAX_TOL = {F16: (2e-3, 1e-5), F32: (2e-6, 1e-6), F64: (1e-14, 1e-15)}
+
+SOFTMAX_SHAPES = [((), 0), ((7,), 0), ((64, 10), 1), ((3, 100, 5), 1), ((2, 3000), -1),
+                  ((5, 3), 0), ((2, 3, 4), (1, 2)), ((4, 1), 1)]
+
+
+def _logits(dtype, shape, rng):
+    x = rng.normal(0, 4, math.prod(shape)).reshape(shape)
+    if x.size > 20:  # large logits: exp would overflow without the max's shift
+        x.flat[::7] += 300 if dtype != F16 else 30
+    return x.astype(dtype)
+
+
+def _close(got, want, dtype, what):
+    rtol, atol = _SOFTMAX_TOL[dtype]
+    assert got.dtype == want.dtype and got.shape == want.shape, what
+    ok = np.isclose(got.astype(F64), want.astype(F64), rtol=rtol, atol=atol, equal_nan=True)
+    assert ok.all(), (f"{what}: {np.count_nonzero(~ok)} of {ok.size} differ, e.g. got "
+                      f"{got[~ok][:4]} want {want[~ok][:4]}")
+
+
+@pytest.mark.parametrize("log", [False, True], ids=["softmax", "log_softmax"])
+@pytest.mark.parametrize("dtype", sk.FLOAT_DTYPES, ids=str)
+def test_softmax_computes_what_the_cpu_kernel_does(host, dtype, log):
+    _need_float16(host, dtype)
+    for shape, axis in SOFTMAX_SHAPES:
+        x = _logits(dtype, shape, _rng("softmax", str(dtype), shape))
+        if x.ndim == 2 and x.shape[0] > 1 and x.shape[1] > 2:
+            x[1, 2] = np.nan  # its row is NaN on both
+        (want,) = _cpu((LogSoftmax if log else Softmax)(axis), x)
+        got = np.full(x.shape, 7, dtype)
+        host.run(sk.softmax_launch(dtype, x.shape, axis, log), {"out": got, "in": x})
+        _close(got, want, dtype, f"{'log' if log else ''}softmax of {dtype}{shape} over {axis}")
+
+
+def _label(label_dtype, shape, axis, rng):
+    lshape = shape[:axis] + shape[axis + 1:]
+    top = min(shape[axis], int(np.iinfo(label_dtype).max) + 1)
+    return rng.integers(0, top, lshape).astype(label_dtype)
+
+
+CE_SHAPES = [((64, 10), 1), ((4, 7, 3), 1), ((3, 5), 0), ((2, 600), 1), ((1, 1), 1)]
+CE_CASES = [(F32, lab) for lab in sk.LABEL_DTYPES] + [(F16, I32), (F64, I64), (F64, U8)]
+
+
+@pytest.mark.parametrize("reduction", sk.REDUCTIONS)
+@pytest.mark.parametrize("case", CE_CASES, ids=lambda c: f"{c[0]}-{c[1]}")
+def test_cross_entropy_and_its_gradient_compute_what_the_cpu_kernels_do(host, case, reduction):
+    dtype, label_dtype = case
+    _need_float16(host, dtype)
+    for shape, axis in CE_SHAPES:
+        rng = _rng("ce", str(dtype), str(label_dtype), shape, reduction)
+        x = _logits(dtype, shape, rng)
+        label = _label(label_dtype, shape, axis, rng)
+        what = f"cross entropy ({reduction}) of {dtype}{shape} over {axis}, {label_dtype} labels"
+        (want,) = _cpu(SoftmaxCrossEntropy(axis, reduction), x, label)
+        got, status = np.full(want.shape, 7, dtype), np.zeros(1, np.int32)
+        host.run(sk.cross_entropy_launch(dtype, label_dtype, shape, axis, reduction),
+                 {"out": got, "in": x, "label": label, "status": status})
+        assert status[0] == 0, what
+        _close(got, want, dtype, what)
+        dy = rng.normal(size=want.shape).astype(dtype)
+        (want,) = _cpu(SoftmaxCrossEntropyBackward(axis, reduction), x, label, dy)
+        got = np.full(x.shape, 7, dtype)
+        host.run(sk.cross_entropy_backward_launch(dtype, label_dtype, shape, axis, reduction),
+                 {"out": got, "in": x, "label": label, "dy": np.ascontiguousarray(dy),
+                  "status": status})
+        assert status[0] == 0, what
+        _close(got, want, dtype, "gradient of " + what)
+
+
+def test_cross_entropy_gradient_of_another_dy_dtype(host):
+    _need_float16(host, F16)
+    rng = _rng("dy dtype")
+    x = _logits(F32, (8, 5), rng)
+    label = _label(I32, (8, 5), 1, rng)
+    for reduction, dy in [("none", rng.normal(size=8).astype(F16)),
+                          ("mean", np.array(3.7, F16))]:
+        (want,) = _cpu(SoftmaxCrossEntropyBackward(1, reduction), x, label, dy)
+        got, status = np.empty_like(x), np.zeros(1, np.int32)
+        plan = sk.cross_entropy_backward_launch(F32, I32, x.shape, 1, reduction, dy_dtype=F16)
+        host.run(plan, {"out": got, "in": x, "label": label, "dy": dy, "status": status})
+        _close(got, want, F32, f"gradient ({reduction}) from a float16 dy")
+
+
+def test_a_label_out_of_range_sets_the_status(host):
+    x = np.zeros((4, 3), F32)
+    for bad in (3, -1):
+        label = np.array([0, 1, bad, 2], I32)
+        with pytest.raises(IndexError, match="out of range"):
+            _cpu(SoftmaxCrossEntropy(1), x, label)
+        for reduction in sk.REDUCTIONS:
+            status = np.zeros(1, np.int32)
+            out = np.empty(4 if reduction == "none" else (), F32)
+            host.run(sk.cross_entropy_launch(F32, I32, x.shape, 1, reduction),
+                     {"out": out, "in": x, "label": label, "status": status})
+            assert status[0] == 1
+            assert np.isnan(out).any()
+            status[0] = 0
+            host.run(sk.cross_entropy_backward_launch(F32, I32, x.shape, 1, reduction),
+                     {"out": np.empty_like(x), "in": x, "label": label,
+                      "dy": np.ones(4 if reduction == "none" else (), F32), "status": status})
+            assert status[0] == 1
+
+
+def test_the_mean_loss_of_no_samples_is_nan(host):
+    x = np.zeros((0, 4), F32)
+    label = np.zeros(0, I32)
+    (want,) = _cpu(SoftmaxCrossEntropy(1, "mean"), x, label)
+    got, status = np.zeros((), F32), np.zeros(1, np.int32)
+    plan = sk.cross_entropy_launch(F32, I32, x.shape, 1, "mean")
+    assert len(plan.launches) == 1  # only the total: there is no sample
+    host.run(plan, {"out": got, "in": x, "label": label, "status": status})
+    assert np.isnan(got) and np.isnan(want) and status[0] == 0
+
+
+# -- plans and the host emulation -----------------------------------------------------------------
+
+def test_block_shapes_read_coalesced_and_fill_the_block():
+    for n, inner in [(1, 1), (3, 1), (1000, 1), (10 ** 6, 1), (8, 3), (5, 33), (1000, 4096),
+                     (1, 10 ** 6)]:
+        tx, ty = rk.block_shape(n, inner)
+        assert tx * ty == rk.THREADS and tx & (tx - 1) == 0 and ty & (ty - 1) == 0
+        assert ty <= max(1, 2 ** math.ceil(math.log2(n))), (n, inner)  # no idle rows of threads
+        if inner >= 32:
+            assert tx >= 32  # a warp reads 32 consecutive elements of a row
+    assert rk.block_shape(10 ** 6, 1) == (1, 256)  # a block per long row
+    assert rk.block_shape(4, 1) == (64, 4)  # short rows: 64 rows a block
+
+
+def test_plans_split_long_rows_of_few_outputs_and_not_many_short_ones():
+    plan = rk.reduce_launch("sum", F32, (2, 10 ** 6), 1)
+    first, second = plan.launches
+    assert first.kernel.name.endswith("_partial") and second.kernel.name.endswith("_final")
+    splits = first.grid[1]
+    assert splits > 1 and plan.workspace == (splits * 2 * 4,)
+    assert second.args[:5] == ("out", "ws0", 1, splits, 2)  # the workspace as (1, splits, m)
+    plan = rk.reduce_launch("sum", F32, (10 ** 5, 8), 1)
+    (only,) = plan.launches
+    assert only.grid == (10 ** 5 * 8 // 256, 1, 1) and only.block == (32, 8, 1)
+    assert only.shared == 256 * 4
+    assert len(rk.cumsum_launch(F32, (10 ** 6,), 0).launches) == 3
+    assert len(rk.cumsum_launch(F32, (1000, 1000), 1).launches) == 1
+    assert rk.reduce_launch("argmax", F64, (3, 5), 0).launches[0].shared == 256 * 16
+
+
+def test_any_grid_covers_the_work(host):
+    # the plan's grid is a choice: a smaller one (a device's limit) gives the same bits
+    x = _values(F32, (700, 3), _rng("grid"))
+    for plan, out_shape, dtype in [(rk.reduce_launch("sum", F32, x.shape, 1), (700,), F32),
+                                   (rk.cumsum_launch(F32, x.shape, 1), x.shape, F32),
+                                   (sk.softmax_launch(F32, x.shape, 1), x.shape, F32)]:
+        full, small = np.empty(out_shape, dtype), np.empty(out_shape, dtype)
+        host.run(plan, {"out": full, "in": x})
+        host.run(plan, {"out": small, "in": x}, grid=(1, 1, 1))
+        assert plan.launches[0].grid[0] > 1
+        np.testing.assert_array_equal(small, full)
+
+
+def test_the_host_refuses_a_launch_with_too_little_shared_memory(host):
+    launch = rk.reduce_launch("sum", F32, (3, 100), 1).launches[0]
+    fn = host.library.function(launch.kernel.name, [Host._argtype(p) for p in launch.kernel.params])
+    out = np.full(3, -1.0, F32)
+    x = np.ones((3, 100), F32)
+    host.launch(launch.grid[0], 1, launch.block[0], launch.block[1], launch.shared - 4)
+    fn(out.ctypes.data, x.ctypes.data, 3, 100, 1, 100, 100)
+    assert host.error.value == 1 and (out == -1).all()  # refused, nothing written
+    host.launch(launch.grid[0], 1, launch.block[0], launch.block[1], launch.shared)
+    fn(out.ctypes.data, x.ctypes.data, 3, 100, 1, 100, 100)
+    assert host.error.value == 0 and (out == 100).all()
+
+
+def test_reduce_view_merges_adjacent_axes():
+    assert rk.reduce_view((2, 3, 4), 1) == (2, 3, 4)
+    assert rk.reduce_view((2, 3, 4), None) == (1, 24, 1)
+    assert rk.reduce_view((2, 3, 4), (1, 2)) == (2, 12, 1)
+    assert rk.reduce_view((3, 1, 4), (0, 2)) == (1, 12, 1)  # a size-1 dim between does not count
+    assert rk.reduce_view((), None) == (1, 1, 1)
+    assert rk.reduce_view((5, 1), 1) == (5, 1, 1)
+    assert rk.reduce_view((2, 3, 4), -1) == (6, 4, 1)
+
+
+# -- errors ---------------------------------------------------------------------------------------
+
+def test_bad_modes_dtypes_and_axes_are_refused_by_name():
+    with pytest.raises(ValueError, match=r"Reduce kernel: unknown mode 'median'"):
+        rk.reduce_kernel("median", F32)
+    with pytest.raises(ValueError, match=r"unknown stage 'half'"):
+        rk.reduce_kernel("sum", F32, stage="half")
+    with pytest.raises(TypeError, match=r"Reduce\('sum'\) kernel: unsupported dtype complex64"):
+        rk.reduce_kernel("sum", "complex64")
+    with pytest.raises(TypeError, match=r"Reduce\('mean'\) kernel: gives float32, not int8"):
+        rk.reduce_kernel("mean", I8, out_dtype=I8)
+    with pytest.raises(TypeError, match=r"Argmax kernel: unsupported dtype uint32"):
+        rk.reduce_launch("argmax", "uint32", (3,), 0)
+    with pytest.raises(ValueError, match=r"Reduce\('sum'\).*axes \(0, 2\) of shape \(2, 3, 4\) "
+                                         r"are not adjacent"):
+        rk.reduce_launch("sum", F32, (2, 3, 4), (0, 2))
+    with pytest.raises(ValueError, match=r"axis 3 is out of range.*\(2, 3\)"):
+        rk.reduce_launch("max", F32, (2, 3), 3)
+    with pytest.raises(TypeError, match=r"CumSum: axis must be an int"):
+        rk.cumsum_launch(F32, (2, 3), (0, 1))
+    with pytest.raises(TypeError, match=r"CumSum kernel: gives int32, not bool"):
+        rk.cumsum_kernel(B, out_dtype=B)
+    with pytest.raises(TypeError, match=r"Softmax kernel: unsupported input dtype int32"):
+        sk.softmax_kernel(I32)
+    with pytest.raises(TypeError, match=r"SoftmaxCrossEntropy kernel: unsupported label dtype "
+                                        r"float32"):
+        sk.cross_entropy_kernel(F32, F32)
+    with pytest.raises(TypeError, match=r"SoftmaxCrossEntropyBackward kernel: unsupported dy"):
+        sk.cross_entropy_backward_kernel(F32, I32, I32)
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropy: reduction must be one of"):
+        sk.cross_entropy_launch(F32, I32, (4, 3), 1, "max")
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropy: axis 2 is out of range for "
+                                         r"logits of shape \(4, 3\)"):
+        sk.cross_entropy_launch(F32, I32, (4, 3), 2)
+    with pytest.raises(ValueError, match=r"LogSoftmax.*not adjacent"):
+        sk.softmax_launch(F32, (2, 3, 4), (0, 2), log=True)
