@@ -18,15 +18,22 @@ from mge._core.device import DEVICE_KINDS, as_device, register_device_kind
 from mge._core.device.cuda.device import CudaDevice
 from mge._core.device.cuda.host_backend import HostBackend
 
-__all__ = ["KIND", "CAPACITY", "register", "device", "make"]
+__all__ = ["KIND", "CAPACITY", "register", "register_kind", "device", "make"]
 
 KIND = "cudahost"
 CAPACITY = 256 << 20  # bytes of emulated device memory per device
 
 
-def make(index, capacity=CAPACITY):
-    """A ``CudaDevice`` of the ``cudahost`` kind over a new ``HostBackend``."""
-    return CudaDevice(index, backend=HostBackend(capacity=capacity, index=index), kind=KIND)
+def make(index, capacity=CAPACITY, kind=KIND):
+    """A ``CudaDevice`` of the kind ``kind`` over a new ``HostBackend``."""
+    return CudaDevice(index, backend=HostBackend(capacity=capacity, index=index), kind=kind)
+
+
+def register_kind(kind, capacity=CAPACITY):
+    """Register another kind of the same emulation (``kind`` in lower-case letters), with its
+    own devices and pools of ``capacity`` bytes -- for a test that needs exact pool figures or
+    a small memory -- replacing any earlier kind of that name."""
+    register_device_kind(kind, lambda index: make(index, capacity, kind))
 
 
 def register(capacity=CAPACITY, fresh=False):

@@ -41,11 +41,12 @@ device, the op and the sizes -- and the device stays usable.
 ``GC safety.``  ``CudaBuffer.__del__`` may run inside the pool's own locked code when a garbage
 collection starts there (a collection can start at any allocation); the pool's lock is not
 reentrant, so a free from inside the device's pool calls is deferred to the end of that call
-(``_pool_depth``, per thread) rather than deadlocking.
+(a depth per thread) rather than deadlocking.
 """
 import collections
 import sys
 import threading
+import traceback
 
 import numpy as np
 
@@ -157,7 +158,8 @@ class CudaDevice(Device):
         self.pool = CachingPool(backend)
         self._modules = {}          # (kernel name, source) -> the backend's module
         self._modules_lock = threading.Lock()
-        self._local = threading.local()   # _pool_depth and the frees deferred meanwhile
+        self._local = threading.local()   # the pool-call depth and the frees deferred meanwhile
+        self._oom_callbacks = {}    # a callback -> the wrapper the pool calls
         self.executed = collections.Counter()
         self.inplace = 0
         self.relayouts = 0
@@ -235,12 +237,28 @@ class CudaDevice(Device):
 
     def add_oom_callback(self, fn):
         """Call ``fn(nbytes)`` when the backend refuses memory (``CachingPool.add_oom_callback``:
-        it frees what it can and says whether it freed anything)."""
-        self.pool.add_oom_callback(fn)
+        it frees what it can and says whether it freed anything).  Add callbacks here, not on
+        the pool: the pool calls them outside its lock, so buffers they drop are freed at once
+        (not deferred as a free inside the pool's own code is)."""
+        def call(nbytes):
+            local = self._local
+            depth = getattr(local, "depth", 0)
+            local.depth = 0
+            try:
+                return fn(nbytes)
+            finally:
+                local.depth = depth
+        with self._modules_lock:
+            self._oom_callbacks[fn] = call
+        self.pool.add_oom_callback(call)
 
     def remove_oom_callback(self, fn):
-        """Stop calling ``fn`` on out-of-memory."""
-        self.pool.remove_oom_callback(fn)
+        """Stop calling ``fn`` on out-of-memory (``ValueError`` if it was not added)."""
+        with self._modules_lock:
+            call = self._oom_callbacks.pop(fn, None)
+        if call is None:
+            raise ValueError(f"{self.name}: remove_oom_callback of {fn!r}, which was not added")
+        self.pool.remove_oom_callback(call)
 
     def synchronize(self):
         """Wait until every piece of work issued to the device has run."""
@@ -371,10 +389,17 @@ class CudaDevice(Device):
             if not launcher.strided and not buf.is_contiguous:
                 args[k] = self.relayout(buf)
                 donated = [d for d in donated if d != k]
-        if launcher.reuse:
-            outs = launcher.fn(self, op, args, descs, donated)
-        else:
-            outs = launcher.fn(self, op, args, descs)
+        try:
+            if launcher.reuse:
+                outs = launcher.fn(self, op, args, descs, donated)
+            else:
+                outs = launcher.fn(self, op, args, descs)
+        except BaseException as e:
+            # The error is kept (the channel reports it later) with its traceback, whose frames
+            # would keep the input buffers -- device memory -- alive until then: drop them.
+            traceback.clear_frames(e.__traceback__)
+            args = inputs = buf = None
+            raise
         del args
         self.executed[op.name] += 1
         return self._checked(op, outs, descs)

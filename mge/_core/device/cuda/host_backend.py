@@ -145,7 +145,6 @@ class HostBackend(Backend):
         self.builds = 0         # libraries this backend built (the build cache is shared)
         self.htod_bytes = 0
         self.dtoh_bytes = 0
-        self._structs = {}      # numpy struct dtype -> ctypes Structure
 
     def __repr__(self):
         return f"<HostBackend {format_bytes(self.capacity)}, {self._reserved} bytes reserved>"
@@ -285,9 +284,9 @@ class HostBackend(Backend):
                 argtypes.append(t)
                 cargs.append(v.item())
             else:
-                t = self._structs.get(v.dtype)
+                t = _structs.get(v.dtype)
                 if t is None:
-                    t = self._structs[v.dtype] = ctypes_struct(v.dtype)
+                    t = _structs.setdefault(v.dtype, ctypes_struct(v.dtype))
                 argtypes.append(t)
                 cargs.append(t.from_buffer_copy(v.tobytes()))
         convention = _convention(lib)
@@ -363,6 +362,9 @@ def _family(kernel):
     return tuple((guard, text) for guard, text in kernel.parts if "PRELUDE" in guard)
 
 
+# numpy struct dtype -> its ctypes Structure, one per process: a library's function objects are
+# shared (ctypes caches them), so every caller must give the very same argtypes
+_structs = {}
 _conventions = {}  # library path -> how its kernels learn the launch shape (module docstring)
 
 
