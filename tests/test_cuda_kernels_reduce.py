@@ -78,6 +78,22 @@ def _softmax_kernels():
 
 ALL_KERNELS = _reduce_kernels() + _scan_kernels() + _softmax_kernels()
 
+# The split plans' "partial" and "final" stages are one template whose only per-dtype part is the
+# accumulator: the host runs them on a dtype of each accumulator kind (32- and 64-bit integers,
+# float, double; bool and float16 for their loads), and CumSum's chunk sums on every dtype.
+SPLIT_DTYPES = (B, I8, I64, F16, F64)
+
+
+def _host_kernels(float16):
+    kernels = [rk.reduce_kernel(m, d) for m in MODES for d in DTYPES]
+    kernels += [rk.reduce_kernel(m, d, stage=s) for m in MODES for d in SPLIT_DTYPES
+                for s in ("partial", "final")]
+    kernels += [rk.reduce_kernel("sum", d, stage="partial") for d in DTYPES
+                if d not in SPLIT_DTYPES]
+    kernels += [rk.reduce_kernel(r, F32, stage="final") for r in ("sum", "mean")]
+    kernels += _scan_kernels() + _softmax_kernels()
+    return [k for k in kernels if float16 or "f16" not in k.name]
+
 
 # -- compiling ------------------------------------------------------------------------------------
 
@@ -182,8 +198,9 @@ class Host:
         fn = self.library.function(k.name, [self._argtype(p) for p in k.params])
         gx, gy, _ = grid or launch.grid
         self.launch(gx, gy, launch.block[0], launch.block[1], launch.shared)
+        assert len(launch.args) == len(k.params), k.name
         args = []
-        for a, p in zip(launch.args, k.params):
+        for a in launch.args:
             if a is None or isinstance(a, str):
                 args.append(None if a is None else buffers[a].ctypes.data)
             else:
@@ -206,8 +223,7 @@ def host(tmp_path_factory):
     why = hostbuild.why_unavailable()
     if why:
         _missing(why)
-    kernels = [k for k in ALL_KERNELS
-               if hostbuild.have_float16() or "f16" not in k.name]
+    kernels = _host_kernels(hostbuild.have_float16())
     units = [rk.program(kernels[k::WORKERS]) for k in range(WORKERS)]
     lib = hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_reduce_host")), jobs=WORKERS)
     return Host(lib)
@@ -253,10 +269,10 @@ def _values(dtype, shape, rng, mode="sum"):
 
 
 # (shape, axis): a scalar, rows of 1, short rows with a large inner, long rows not a multiple of
-# the block, several axes as one, rows long enough to be split (few outputs)
+# the block, several axes as one; then rows long enough to be split (few outputs)
 REDUCE_SHAPES = [((), None), ((1,), 0), ((7,), None), ((5, 1), 1), ((3, 7), 1), ((3, 7), 0),
-                 ((2, 300, 3), 1), ((4, 1000), -1), ((3, 4, 5), (1, 2)), ((40, 1, 33), (0, 1)),
-                 ((3, 10000), 1), ((20000, 2), 0)]
+                 ((2, 300, 3), 1), ((4, 1000), -1), ((3, 4, 5), (1, 2)), ((40, 1, 33), (0, 1))]
+SPLIT_SHAPES = [((3, 10000), 1), ((20000, 2), 0)]
 
 
 def _eps(dtype):
@@ -308,10 +324,11 @@ REDUCE_CASES = [(m, d) for m in MODES for d in DTYPES]
 def test_reduce_computes_what_the_cpu_kernel_does(host, case):
     mode, dtype = case
     _need_float16(host, dtype)
-    for shape, axis in REDUCE_SHAPES:
+    for shape, axis in REDUCE_SHAPES + (SPLIT_SHAPES if dtype in SPLIT_DTYPES else []):
         x = _values(dtype, shape, _rng(mode, str(dtype), shape), mode)
         got, want, plan = _run_reduce(host, mode, x, axis)
         what = f"{mode} of {dtype}{shape} over {axis} ({len(plan.launches)} launches)"
+        assert len(plan.launches) == (2 if (shape, axis) in SPLIT_SHAPES else 1), what
         assert got.dtype == want.dtype and got.shape == want.shape, what
         exact = want.dtype.kind != "f" or mode in ("max", "min")
         if exact:

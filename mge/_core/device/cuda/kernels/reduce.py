@@ -62,11 +62,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ops.reduce import REDUCE_MODES, cumsum_dtype, normalize_axes, reduce_dtype
-from .elemwise import _PRELUDE, _TYPES, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
+from .elemwise import (
+    _PRELUDE, _TYPES, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program,
+)
 
-__all__ = ["reduce_kernel", "total_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch", "reduce_view",
-           "block_shape", "Launch", "Plan", "REDUCE_KERNEL_MODES", "STAGES", "THREADS",
-           "DIFFERENCES", "NVRTC_OPTIONS", "program"]
+__all__ = ["reduce_kernel", "total_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch",
+           "reduce_view", "block_shape", "Launch", "Plan", "REDUCE_KERNEL_MODES", "STAGES",
+           "THREADS", "DIFFERENCES", "NVRTC_OPTIONS", "program"]
 
 #: NVRTC flags (as elemwise's: no contraction, so float arithmetic rounds as written).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -290,7 +292,8 @@ template <class Op> MGE_BLOCK_FN void mge_reduce_tile(
         if (q < m) {
             const long long o = q / inner, i = q - o * inner;
             const typename Op::in_t* p = in + o * n * inner + i;
-            for (long long j = j0 + ty; j < j1; j += TY) acc = Op::comb(acc, Op::load(p[j * inner], j));
+            for (long long j = j0 + ty; j < j1; j += TY)
+                acc = Op::comb(acc, Op::load(p[j * inner], j));
         }
         sh[tid] = acc;
         MGE_END_THREADS

@@ -109,7 +109,8 @@ template <class Op, int KIND> MGE_BLOCK_FN void mge_softmax_tile(
         if (q < m) {
             const long long o = q / inner, i = q - o * inner;
             const typename Op::in_t* p = in + o * n * inner + i;
-            for (long long j = ty; j < n; j += TY) acc += mge_exp(Op::load(p[j * inner]) - rmax[tx]);
+            for (long long j = ty; j < n; j += TY)
+                acc += mge_exp(Op::load(p[j * inner]) - rmax[tx]);
         }
         sh[tid] = acc;
         MGE_END_THREADS
