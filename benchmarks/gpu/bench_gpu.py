@@ -570,6 +570,13 @@ def table(records, machine=""):
     lines = ["# mge on the GPU against PyTorch", ""]
     if machine:
         lines += [machine.strip(), ""]
+    about = {}
+    for r in records:  # versions as the benchmarks saw them
+        for key in ("gpu", "torch_version", "mge_version", "mge_modules_compiled"):
+            if key in r:
+                about.setdefault(key, r[key])
+    if about:
+        lines += ["; ".join(f"{k.replace('_', ' ')}: {v}" for k, v in about.items()), ""]
     lines += ["| benchmark | mge | PyTorch | mge / PyTorch | bar | met | check |",
               "| --- | --- | --- | --- | --- | --- | --- |"]
     notes = []
