@@ -72,7 +72,7 @@ class HostLibrary:
         key = (name, tuple(argtypes))
         fn = self._functions.get(key)
         if fn is None:
-            fn = getattr(self.lib, name)
+            fn = self.lib[name]  # (a function object of its own: ``getattr`` shares one per name)
             fn.argtypes, fn.restype = list(argtypes), None
             self._functions[key] = fn
         return fn
