@@ -54,9 +54,19 @@ def get_max_allocated_memory(device=None):
 
 
 def reset_max_memory_stats(device=None):
-    """Start measuring the peak afresh from the current allocation."""
+    """Start measuring the peaks afresh from the current allocation (and, on a device with a
+    memory pool, its reservation)."""
     memory, dev = _stats(device)
     memory.reset_peak(dev)
+    pool = _pool_stats(dev)
+    if pool is not None:
+        dev.impl.reset_peak()
+
+
+def _pool_stats(dev):
+    # a device with a memory pool (the CUDA device) reports its figures; the CPU device keeps none
+    stats = getattr(dev.impl, "memory_stats", None)
+    return stats() if stats is not None else None
 
 
 class _DeviceTypeMember(int):
@@ -106,20 +116,32 @@ def get_mem_status_bytes(device=None):
 
 
 def get_reserved_memory(device=None):
-    """Bytes the allocator holds for ``device``.  mge keeps no memory pool (buffers are freed
-    when their last tensor goes), so this is :func:`get_allocated_memory`."""
-    return get_allocated_memory(device)
+    """Bytes the allocator holds for ``device``: a CUDA device's pool segments; the CPU device
+    keeps no pool (buffers are freed when their last tensor goes), so there it is
+    :func:`get_allocated_memory`."""
+    memory, dev = _stats(device)
+    pool = _pool_stats(dev)
+    return memory.allocated(dev) if pool is None else pool["reserved"]
 
 
 def get_max_reserved_memory(device=None):
-    """The peak of :func:`get_reserved_memory` (= :func:`get_max_allocated_memory`: no pool)."""
-    return get_max_allocated_memory(device)
+    """The peak of :func:`get_reserved_memory` (on the CPU, :func:`get_max_allocated_memory`)."""
+    memory, dev = _stats(device)
+    pool = _pool_stats(dev)
+    return memory.peak(dev) if pool is None else pool["peak_reserved"]
 
 
 def coalesce_free_memory():
-    """MegEngine merges the free blocks of its memory pool; mge keeps no pool, so there is
-    nothing to merge (returns ``None``)."""
+    """Give the wholly free segments of every device's memory pool back (MegEngine merges its
+    pool's free blocks); the CPU device keeps no pool.  Returns ``None``."""
+    from ._core.device.registry import DEVICE_KINDS
+
     get_channel().wait_idle()
+    for kind in list(DEVICE_KINDS.values()):
+        for impl in list(kind.impls.values()):
+            empty = getattr(impl, "empty_cache", None)
+            if empty is not None:
+                empty()
 
 
 def set_prealloc_config(alignment=1, min_req=32 * 1024 * 1024, max_overhead=0, growth_factor=2.0,

@@ -469,6 +469,7 @@ def test_memory_statistics_are_the_pools_exactly(cuda, fresh):
     assert D.get_allocated_memory(name) == stats["allocated"] == 4096 + big
     assert stats["requested"] == 4000 + 1_200_000
     assert stats["reserved"] == (2 << 20) + (2 << 20) and stats["segments"] == 2
+    assert D.get_reserved_memory(name) == D.get_max_reserved_memory(name) == 4 << 20
     c = a + a
     c.numpy()
     assert D.get_allocated_memory(name) == dev.memory_stats()["allocated"] == 2 * 4096 + big
@@ -478,7 +479,13 @@ def test_memory_statistics_are_the_pools_exactly(cuda, fresh):
     mge._full_sync()
     assert D.get_allocated_memory(name) == dev.memory_stats()["allocated"] == 2 * 4096
     assert D.get_max_allocated_memory(name) == peak == dev.memory_stats()["peak_allocated"]
-    assert dev.empty_cache() == 2 << 20 and dev.memory_stats()["reserved"] == 2 << 20
+    D.coalesce_free_memory()  # (the free large segment goes back)
+    assert D.get_reserved_memory(name) == dev.memory_stats()["reserved"] == 2 << 20
+    assert D.get_max_reserved_memory(name) == 4 << 20
+    D.reset_max_memory_stats(name)
+    assert D.get_max_reserved_memory(name) == 2 << 20
+    assert D.get_max_allocated_memory(name) == 2 * 4096
+    assert dev.empty_cache() == 0
     del a, c
 
 
