@@ -364,9 +364,9 @@ write_table() {
         echo '```'
         cat "$RES/machine.txt" 2>/dev/null
         echo '```'
-    } >"$RES/machine.md"
+    } >"$WORK/machine.md"
     "$VPY" "$ROOT/benchmarks/gpu/bench_gpu.py" --table "$RES/bench.jsonl" \
-        --machine "$RES/machine.md" --out "$md" >/dev/null || {
+        --machine "$WORK/machine.md" --out "$md" >/dev/null || {
         echo "# mge on the GPU: the table could not be written (see run.log)" >"$md"; }
     {
         echo
