@@ -1,6 +1,7 @@
 """The CUDA device's reduction, scan and softmax kernels, checked without a GPU.
 
-``mge/_core/device/cuda/kernels/reduce.py`` (``Reduce``, ``Argmax``/``Argmin``, ``CumSum``) and
+``mge/_core/device/cuda/kernels/reduce.py`` (``Reduce``, ``Argmax``/``Argmin``, ``CumSum``,
+``Argsort``, ``TopK``) and
 ``softmax.py`` (``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropy`` and its backward) write CUDA
 C per op and dtype signature, and a launch plan per call.  Here:
 
@@ -11,7 +12,7 @@ C per op and dtype signature, and a launch plan per call.  Here:
 * the same sources built with g++ run on numpy arrays through ctypes, launched exactly as the
   plans say (grid, block and shared bytes through ``mge_host_launch``, the plan's arguments and
   workspaces), against the CPU kernels: exactly for integers (wrapping included), max/min and
-  argmax/argmin (NaN and ties included); float sums, means, products and scans against float64
+  argmax/argmin, Argsort and every TopK variant (NaN and ties included); float sums, means, products and scans against float64
   references within the bounds stated at ``_sum_bound``; softmax and the losses within the
   tolerances of ``_SOFTMAX_TOL`` (measured: a few ulp);
 * the plans' geometry (coalescing, split rows), the host emulation's shared-memory guard, and
@@ -39,7 +40,7 @@ from mge._core.device.cuda.kernels import softmax as sk
 from mge._core.ops.nn import (
     LogSoftmax, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward,
 )
-from mge._core.ops.reduce import Argmax, Argmin, CumSum, Reduce
+from mge._core.ops.reduce import Argmax, Argmin, Argsort, CumSum, Reduce, TopK
 
 DTYPES = ek.SUPPORTED_DTYPES
 B, I8, U8, I16, I32, I64 = (np.dtype(d) for d in ("bool", "int8", "uint8", "int16", "int32",
@@ -76,7 +77,11 @@ def _softmax_kernels():
     return ks + [rk.total_kernel("mean", F16)]
 
 
-ALL_KERNELS = _reduce_kernels() + _scan_kernels() + _softmax_kernels()
+def _sort_kernels():
+    return [rk.topk_kernel(d) for d in DTYPES]
+
+
+ALL_KERNELS = _reduce_kernels() + _scan_kernels() + _softmax_kernels() + _sort_kernels()
 
 # The split plans' "partial" and "final" stages are one template whose only per-dtype part is the
 # accumulator: the host runs them on a dtype of each accumulator kind (32- and 64-bit integers,
@@ -91,7 +96,7 @@ def _host_kernels(float16):
     kernels += [rk.reduce_kernel("sum", d, stage="partial") for d in DTYPES
                 if d not in SPLIT_DTYPES]
     kernels += [rk.reduce_kernel(r, F32, stage="final") for r in ("sum", "mean")]
-    kernels += _scan_kernels() + _softmax_kernels()
+    kernels += _scan_kernels() + _softmax_kernels() + _sort_kernels()
     return [k for k in kernels if float16 or "f16" not in k.name]
 
 
@@ -124,7 +129,8 @@ def _entries(ptx):
 def sweep(old_arch):
     """{arch: names of the entries in the PTX of every group}, one program per group."""
     reduce_ks = _reduce_kernels()
-    groups = [reduce_ks[k::3] for k in range(3)] + [_scan_kernels(), _softmax_kernels()]
+    groups = [reduce_ks[k::3] for k in range(3)] + [_scan_kernels() + _sort_kernels(),
+                                                    _softmax_kernels()]
     items = [(g, arch) for g in groups for arch in ("compute_90", old_arch)]
 
     def compile_group(item):
@@ -163,7 +169,7 @@ def test_ptxas_assembles_each_template_for_sm90(nvrtc_ready):
                rk.reduce_kernel("min", B), rk.cumsum_kernel(F16), rk._raw_scan_kernel(I64),
                sk.softmax_kernel(F32), sk.softmax_kernel(F16, log=True),
                sk.cross_entropy_kernel(F64, I64, per_sample_acc=True),
-               sk.cross_entropy_backward_kernel(F16, U8, F32)]
+               sk.cross_entropy_backward_kernel(F16, U8, F32), rk.topk_kernel(F16)]
     ptx = nvrtc.compile_ptx(rk.program(kernels), "reduce_rep.cu", "compute_90", rk.NVRTC_OPTIONS)
     cubin = nvrtc.assemble(ptx, "sm_90", name="reduce_rep.ptx")
     assert cubin[:4] == b"\x7fELF"
@@ -435,6 +441,77 @@ def test_cumsum_computes_what_the_cpu_kernel_does(host, dtype):
                                    terms_per_thread=-(-n // 8))
                 err = np.abs(got.astype(F64).reshape(ref.shape) - ref)
                 assert np.all(err <= bound), f"{what}: error {err.max()}"
+
+
+# -- Argsort and TopK -----------------------------------------------------------------------------
+
+# rows of one element, a block of several short rows (and a last block not full), a row of the
+# largest power of two, rows not a power of two
+SORT_SHAPES = [(1,), (5,), (3, 7), (2, 3, 33), (600, 3), (2, 1024), (3, 1000)]
+
+
+def _distinct_count(dtype):
+    return 2 if dtype == B else 2 ** (8 * dtype.itemsize) if dtype.kind in "iu" else 2 ** 11
+
+
+def _sort_values(dtype, shape, rng, distinct=False):
+    if distinct:  # a permutation per row: no ties (numpy's argpartition picks among ties freely)
+        perm = np.argsort(rng.random(shape), axis=-1)
+        if dtype == B:
+            return perm.astype(B)
+        lo = np.iinfo(dtype).min if dtype.kind in "iu" else -1024
+        return (perm + max(lo, -(shape[-1] // 2))).astype(dtype)
+    x = _values(dtype, shape, rng, "argmax")  # few distinct values: ties everywhere
+    if dtype.kind == "f" and x.size > 8:
+        x.flat[3::11] = np.nan  # NaN sorts last, as numpy
+        x.flat[5::13] = -np.inf
+        x.flat[::17] = -0.0
+    return x
+
+
+def _run_sort(host, plan, out_shape, dtype, x):
+    values, indices = _garbage(out_shape, dtype), _garbage(out_shape, I32)
+    host.run(plan, {"values": values, "indices": indices, "in": np.ascontiguousarray(x)})
+    return values, indices
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_argsort_and_topk_compute_what_the_cpu_kernels_do(host, dtype):
+    _need_float16(host, dtype)
+    for shape in SORT_SHAPES:
+        n = shape[-1]
+        rng = _rng("sort", str(dtype), shape)
+        x = _sort_values(dtype, shape, rng)
+        for descending in (False, True):
+            want = _cpu(Argsort(descending), x)
+            got = _run_sort(host, rk.argsort_launch(dtype, shape, descending), shape, dtype, x)
+            for g, w, what in zip(got, want, ("values", "indices")):
+                np.testing.assert_array_equal(g, w, err_msg=f"Argsort {what} {shape} {descending}")
+            for k in sorted({1, 2, n // 2 + 1, n, n + 3}):
+                for kth_only, no_sort in ((False, False), (True, False), (False, True)):
+                    if no_sort and n > _distinct_count(dtype):
+                        continue  # (ties at the cut: numpy's choice is arbitrary)
+                    op = TopK(k, descending, kth_only, no_sort)
+                    data = _sort_values(dtype, shape, rng, distinct=True) if no_sort else x
+                    want = _cpu(op, data)
+                    plan = rk.topk_launch(dtype, shape, k, descending, kth_only, no_sort)
+                    got = _run_sort(host, plan, want[0].shape, dtype, data)
+                    for g, w, what in zip(got, want, ("values", "indices")):
+                        np.testing.assert_array_equal(g, w, err_msg=f"{op} {what} of {shape}")
+
+
+def test_sorting_rows_longer_than_a_block_is_refused():
+    with pytest.raises(NotImplementedError, match=r"Argsort.*at most 1024.*\(3, 1025\)"):
+        rk.argsort_launch(F32, (3, 1025))
+    with pytest.raises(ValueError, match=r"TopK: k must be a positive int, got 0"):
+        rk.topk_launch(F32, (3, 5), 0)
+    with pytest.raises(ValueError, match=r"Argsort: needs an input with at least 1 dimension"):
+        rk.argsort_launch(F32, ())
+    with pytest.raises(TypeError, match=r"TopK kernel: unsupported dtype complex128"):
+        rk.topk_launch("complex128", (3, 5), 2)
+    plan = rk.topk_launch(F32, (10, 3), 2)
+    assert plan.launches[0].block == (256, 1, 1) and plan.launches[0].args[3:7] == (10, 3, 2, 4)
+    assert rk.argsort_launch(F64, (2, 1024)).launches[0].shared == 1024 * 16
 
 
 # -- softmax and the losses -----------------------------------------------------------------------

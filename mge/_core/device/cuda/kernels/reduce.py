@@ -1,5 +1,5 @@
-"""CUDA C for ``Reduce`` (every mode), ``Argmax``/``Argmin`` and ``CumSum``, generated per mode and
-dtype signature, with the launch plans the CUDA device follows to run them.
+"""CUDA C for ``Reduce`` (every mode), ``Argmax``/``Argmin``, ``CumSum``, ``Argsort`` and ``TopK``,
+generated per mode and dtype signature, with the launch plans the CUDA device follows to run them.
 
 Like ``elemwise.py`` this makes text only: nothing here needs a GPU or NVRTC.
 
@@ -35,6 +35,14 @@ a running carry per column.  Long scans over few columns are split in three laun
 sums (the partial ``Reduce(sum)`` kernel), an exclusive scan of those (the *raw* scan kernel of the
 accumulator type) and the chunks' scans starting from it (``carry``).
 
+``Argsort``/``TopK`` sort each row (the last axis, at most ``MAX_SORT`` = 1024 elements; longer
+rows raise ``NotImplementedError``) in shared memory by a bitonic network of (value, index) pairs:
+one compare-and-swap per thread and stage, ``log2(seg) * (log2(seg) + 1) / 2`` stages for rows
+padded to ``seg``, a power of two, several short rows a block (512 elements, 256 threads).  The
+index breaks ties, so the order is numpy's stable one (NaN last); ``no_sort`` sorts the chosen
+``k`` once more by index, ``kth_only`` finds the first index holding the k-th value from the run
+of equal values in the sorted row.
+
 **The host build.**  The sources compile as host C++ too (``hostbuild.py``), so the tests run
 them on numpy arrays.  Kernel bodies are written as *phases* between barriers: ``MGE_THREADS {
 ... } MGE_END_THREADS`` is one phase of every thread (CUDA: the thread's own body; host: a loop
@@ -67,8 +75,9 @@ from .elemwise import (
 )
 
 __all__ = ["reduce_kernel", "total_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch",
-           "reduce_view", "block_shape", "Launch", "Plan", "REDUCE_KERNEL_MODES", "STAGES",
-           "THREADS", "DIFFERENCES", "NVRTC_OPTIONS", "program"]
+           "reduce_view", "block_shape", "topk_kernel", "topk_launch", "argsort_launch", "Launch",
+           "Plan", "REDUCE_KERNEL_MODES", "STAGES", "THREADS", "MAX_SORT", "DIFFERENCES",
+           "NVRTC_OPTIONS", "program"]
 
 #: NVRTC flags (as elemwise's: no contraction, so float arithmetic rounds as written).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -103,7 +112,10 @@ DIFFERENCES = """\
 * max/min of +0.0 and -0.0 may give either zero (numpy: as its SIMD loop meets them); a NaN gives
   NaN as numpy does, though not necessarily the same NaN's bits.
 * Integer results (sum, prod, sum_sqr, cumsum wrap modulo 2**bits as numpy), max/min, argmax and
-  argmin (the first index of the extreme, a NaN counting as the extreme) are exact.
+  argmin (the first index of the extreme, a NaN counting as the extreme), Argsort and TopK are
+  exact.
+* TopK(no_sort) with ties at the k-th value keeps the first ones in stable order; numpy's
+  argpartition (the CPU kernel) may keep others.
 """
 
 # -- dtypes ---------------------------------------------------------------------------------------
@@ -743,3 +755,198 @@ def cumsum_launch(in_dtype, shape, axis, exclusive=False, reverse=False):
                           ("out", "in", outer, n, inner, chunk, "ws1", *flags), 2 * size, size)
     return Plan((totals, carries, chunks), (splits * m * size, splits * m * size),
                 (outer, n, inner))
+
+
+# -- Argsort and TopK: a bitonic sort within a block ----------------------------------------------
+
+#: The longest row ``Argsort``/``TopK`` kernels sort (one block's shared memory).
+MAX_SORT = 1024
+
+# TopK's variants (the kernel's ``mode``)
+_SORTED, _KTH_ONLY, _NO_SORT = 0, 1, 2
+
+_SORT_PRELUDE = r"""#ifndef MGE_SORT_PRELUDE
+#define MGE_SORT_PRELUDE
+/* numpy's stable ascending order of (value, index) pairs, a NaN after every number, padding
+   (an index >= n) after everything: a total order, so a bitonic network sorts stably */
+template <class V> MGE_FN bool mge_sort_less(const mge_argpair<V>& a, const mge_argpair<V>& b,
+                                             int n) {
+    if (a.i >= n || b.i >= n) return b.i >= n && (a.i < n || a.i < b.i);
+    const bool an = mge_isnan(a.v), bn = mge_isnan(b.v);
+    if (an || bn) return bn && (!an || a.i < b.i);
+    return a.v < b.v || (a.v == b.v && a.i < b.i);
+}
+
+/* Bitonic sort of every segment of seg (a power of two) pairs of s[0, 2 * blockDim.x), ascending
+   (by_index: by the index alone).  A thread compares and swaps one pair per stage. */
+template <class V> MGE_BLOCK_FN void mge_bitonic(mge_argpair<V>* s, unsigned seg, int n,
+                                                 bool by_index) {
+    for (unsigned k = 2; k <= seg; k <<= 1) {
+        for (unsigned j = k >> 1; j > 0; j >>= 1) {
+            MGE_THREADS
+            const unsigned a = 2 * tid - (tid & (j - 1)), b = a + j;
+            /* runs of k alternate in direction to make the bitonic runs of 2k; each segment's
+               last merge (k == seg) is ascending */
+            const bool up = k == seg || (a & k) == 0;
+            const bool lt = by_index ? s[b].i < s[a].i : mge_sort_less(s[b], s[a], n);
+            if (lt == up) {
+                const mge_argpair<V> t = s[a];
+                s[a] = s[b];
+                s[b] = t;
+            }
+            MGE_END_THREADS
+            MGE_SYNC
+        }
+    }
+}
+
+/* Rows of n <= seg elements, 2 * blockDim.x / seg rows a block: the values and int32 indices of
+   the sorted row (mode 0: the first k, descending as the reverse of the stable ascending order),
+   of the k-th only (mode 1: the first index holding it), or of the k chosen in index order
+   (mode 2). */
+template <class Op> MGE_BLOCK_FN void mge_topk_tile(
+        typename Op::out_t* values, int* indices, const typename Op::in_t* in, long long rows,
+        int n, int k, int seg, int descending, int mode) {
+    typedef mge_argpair<typename Op::acc_t> P;
+    const unsigned T = MGE_DIM_X, E = 2 * MGE_DIM_X, R = E / (unsigned)seg;
+    MGE_SHARED_ARRAY(P, s, E)
+    const long long groups = (rows + R - 1) / R;
+    MGE_GRID_BEGIN
+    (void)mge_by;
+    for (long long g = mge_bx; g < groups; g += MGE_GRID_X) {
+        MGE_THREADS
+        for (unsigned e = tid; e < E; e += T) {
+            const long long r = g * R + e / seg;
+            const int j = (int)(e % seg);
+            P p;
+            p.v = (typename Op::acc_t)0;
+            p.i = n + j;  /* padding */
+            if (r < rows && j < n) {
+                p.v = Op::load(in[r * n + j]);
+                p.i = j;
+            }
+            s[e] = p;
+        }
+        MGE_END_THREADS
+        MGE_SYNC
+        mge_bitonic(s, (unsigned)seg, n, false);
+        if (mode == 2 && k < n) {  /* the chosen k, then sorted by their indices */
+            MGE_THREADS
+            for (unsigned e = tid; e < E; e += T) {
+                const int j = (int)(e % seg);
+                const bool chosen = descending ? (j >= n - k && j < n) : j < k;
+                if (!chosen && s[e].i < n) s[e].i += 2 * seg;  /* after the padding */
+            }
+            MGE_END_THREADS
+            MGE_SYNC
+            mge_bitonic(s, (unsigned)seg, n, true);
+        }
+        MGE_THREADS
+        for (unsigned e = tid; e < E; e += T) {
+            const long long r = g * R + e / seg;
+            const int t = (int)(e % seg);
+            const unsigned base = e - (unsigned)t;
+            if (r >= rows) continue;
+            if (mode == 1) {
+                /* np.partition's k-th; for k == n numpy's max or min (a NaN if there is one) */
+                const int kth = k < n ? (descending ? n - k : k - 1) : (descending ? 0 : n - 1);
+                typename Op::acc_t v = s[base + kth].v;
+                if (k >= n && descending && mge_isnan(s[base + n - 1].v)) v = s[base + n - 1].v;
+                /* the first index holding it: equal values are adjacent and in index order */
+                if (t == 0) {
+                    values[r] = Op::store(v);
+                    if (mge_isnan(v)) indices[r] = 0;  /* x == NaN holds nowhere: argmax is 0 */
+                }
+                if (t < n && !mge_isnan(v) && s[e].v == v && (t == 0 || !(s[e - 1].v == v)))
+                    indices[r] = s[e].i;
+            } else if (mode == 2 && k >= n) {
+                if (t < n) {
+                    values[r * n + t] = in[r * n + t];
+                    indices[r * n + t] = t;
+                }
+            } else if (t < k) {
+                const P p = s[base + ((mode == 0 && descending) ? n - 1 - t : t)];
+                values[r * k + t] = Op::store(p.v);
+                indices[r * k + t] = p.i;
+            }
+        }
+        MGE_END_THREADS
+        MGE_SYNC
+    }
+    MGE_GRID_END
+}
+#endif /* MGE_SORT_PRELUDE */
+"""
+
+
+def topk_kernel(in_dtype):
+    """The CUDA kernel of ``TopK`` and ``Argsort`` of an ``in_dtype`` input: a bitonic sort of
+    rows of at most ``MAX_SORT`` elements in shared memory.  Parameters: ``values, int* indices,
+    in, long long rows, int n, int k, int seg, int descending, int mode``; launch it as
+    ``topk_launch``/``argsort_launch`` say.  A ``TypeError`` names an unsupported dtype."""
+    return _topk_kernel(_dtype("TopK kernel", in_dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _topk_kernel(d):
+    name, op = f"mge_topk_{_code(d)}", f"mge_kop_{_code(d)}"
+    v = _compute_ctype(d)
+    op_text = (f"#ifndef MGE_DEF_{op}\n#define MGE_DEF_{op}\n"
+               f"struct {op} {{\n"
+               f"    typedef {_storage(d)} in_t; typedef {v} acc_t; typedef {_storage(d)} out_t;\n"
+               f"    MGE_MEMBER acc_t load(in_t x) {{ return {_load('x', d, d)}; }}\n"
+               f"    MGE_MEMBER out_t store(acc_t a) {{ return {_store_expr('a', v, d)}; }}\n"
+               f"}};\n#endif\n")
+    params = (f"{_storage(d)}* values", "int* indices", f"const {_storage(d)}* in",
+              "long long rows", "int n", "int k", "int seg", "int descending", "int mode")
+    text = (f"MGE_KERNEL {name}({', '.join(params)})\n"
+            f"{{\n    mge_topk_tile<{op}>(values, indices, in, rows, n, k, seg, descending, "
+            f"mode);\n}}\n")
+    parts = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+             ("MGE_SORT_PRELUDE", _SORT_PRELUDE), (op, op_text), (name, text))
+    return KernelSource(name, parts, params, True, 64, 1)
+
+
+def _sort_plan(what, d, shape, k, descending, mode):
+    kernel = _topk_kernel(_dtype(f"{what} kernel", d))
+    shape = tuple(int(s) for s in shape)
+    if not shape:
+        raise ValueError(f"CUDA {what}: needs an input with at least 1 dimension, got a 0-d one")
+    n = shape[-1]
+    rows = math.prod(shape[:-1])
+    if n > MAX_SORT:
+        raise NotImplementedError(f"CUDA {what}: the kernels sort rows of at most {MAX_SORT} "
+                                  f"elements in one block; the last axis of shape {shape} has "
+                                  f"{n}")
+    if rows == 0 or n == 0:
+        return Plan((), (), (rows, n, 1))
+    seg = max(2, _pow2_at_least(n))
+    elements = max(seg, 512)  # several short rows a block: 256 threads, or 512 for 1024
+    threads = elements // 2
+    groups = -(-rows // (elements // seg))
+    launch = Launch(kernel, (int(min(groups, _MAX_GRID_X)), 1, 1), (threads, 1, 1),
+                    elements * _acc_itemsize(f"mge_argpair<{_compute_ctype(np.dtype(d))}>"),
+                    ("values", "indices", "in", rows, n, k, seg, int(bool(descending)), mode))
+    return Plan((launch,), (), (rows, n, 1))
+
+
+def argsort_launch(in_dtype, shape, descending=False):
+    """The ``Plan`` of ``Argsort(descending)`` of a C-contiguous array of ``shape`` (sorted along
+    its last axis, of at most ``MAX_SORT`` elements: beyond, a ``NotImplementedError``): one
+    launch writing "values" and "indices" (int32)."""
+    n = int(shape[-1]) if len(shape) else 0
+    return _sort_plan("Argsort", in_dtype, shape, n, descending, _SORTED)
+
+
+def topk_launch(in_dtype, shape, k, descending=False, kth_only=False, no_sort=False):
+    """The ``Plan`` of ``TopK(k, descending, kth_only, no_sort)`` of a C-contiguous array of
+    ``shape`` (along its last axis, of at most ``MAX_SORT`` elements): one launch writing "values"
+    and "indices" (int32) of the op's output shape (``k`` clipped to the axis)."""
+    if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
+        raise ValueError(f"CUDA TopK: k must be a positive int, got {k!r}")
+    n = int(shape[-1]) if len(shape) else 0
+    if kth_only and n == 0:
+        raise ValueError(f"CUDA TopK: kth_only needs a non-empty last axis (shape "
+                         f"{tuple(shape)})")
+    mode = _KTH_ONLY if kth_only else _NO_SORT if no_sort else _SORTED
+    return _sort_plan("TopK", in_dtype, shape, min(int(k), n), descending, mode)
