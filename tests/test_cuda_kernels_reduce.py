@@ -1,9 +1,8 @@
 """The CUDA device's reduction, scan and softmax kernels, checked without a GPU.
 
 ``mge/_core/device/cuda/kernels/reduce.py`` (``Reduce``, ``Argmax``/``Argmin``, ``CumSum``,
-``Argsort``, ``TopK``) and
-``softmax.py`` (``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropy`` and its backward) write CUDA
-C per op and dtype signature, and a launch plan per call.  Here:
+``Argsort``, ``TopK``) and ``softmax.py`` (``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropy`` and
+its backward) write CUDA C per op and dtype signature, and a launch plan per call.  Here:
 
 * every kernel of every signature compiles with NVRTC for ``compute_90`` and an older
   architecture (one program per group, ``-Ofc=max`` as in ``test_cuda_codegen.py``), and ptxas
@@ -11,9 +10,9 @@ C per op and dtype signature, and a launch plan per call.  Here:
   kernels' own flags;
 * the same sources built with g++ run on numpy arrays through ctypes, launched exactly as the
   plans say (grid, block and shared bytes through ``mge_host_launch``, the plan's arguments and
-  workspaces), against the CPU kernels: exactly for integers (wrapping included), max/min and
-  argmax/argmin, Argsort and every TopK variant (NaN and ties included); float sums, means, products and scans against float64
-  references within the bounds stated at ``_sum_bound``; softmax and the losses within the
+  workspaces), against the CPU kernels: exactly for integers (wrapping included), max/min,
+  argmax/argmin, Argsort and every TopK variant (NaN and ties included); float sums, means,
+  products and scans against float64 references within the bounds stated at ``_sum_bound``; softmax and the losses within the
   tolerances of ``_SOFTMAX_TOL`` (measured: a few ulp);
 * the plans' geometry (coalescing, split rows), the host emulation's shared-memory guard, and
   errors: unknown modes, unsupported dtypes, axes the kernels do not take.
