@@ -12,8 +12,8 @@ its backward) write CUDA C per op and dtype signature, and a launch plan per cal
   plans say (grid, block and shared bytes through ``mge_host_launch``, the plan's arguments and
   workspaces), against the CPU kernels: exactly for integers (wrapping included), max/min,
   argmax/argmin, Argsort and every TopK variant (NaN and ties included); float sums, means,
-  products and scans against float64 references within the bounds stated at ``_sum_bound``; softmax and the losses within the
-  tolerances of ``_SOFTMAX_TOL`` (measured: a few ulp);
+  products and scans against float64 references within the bounds stated at ``_sum_bound``;
+  softmax and the losses within the tolerances of ``_SOFTMAX_TOL`` (measured: a few ulp);
 * the plans' geometry (coalescing, split rows), the host emulation's shared-memory guard, and
   errors: unknown modes, unsupported dtypes, axes the kernels do not take.
 
