@@ -702,3 +702,44 @@ def test_the_real_backend_needs_pycuda_and_says_so():
     with pytest.raises(RuntimeError, match="needs CUDA, which is not available here"):
         CudaDevice(0)
     assert "pycuda" not in sys.modules
+
+
+# == DTR ==========================================================================================
+def _tanh_chain(d, x, steps=20):
+    ys = [on(d, x)]
+    for _ in range(steps):
+        ys.append(F.tanh(ys[-1]) * 1.5)  # (the temporary tanh() is a released tensor)
+    return ys
+
+
+def test_dtr_on_the_cuda_device_evicts_under_its_budget_and_recomputes_bit_identically(cuda,
+                                                                                       fresh):
+    # The mechanism of the CPU device, with the pool's real figures: the allocated bytes
+    # DTR compares with its budget are the pool's blocks, and its score counts the pool's free
+    # bytes beside each block.
+    name, n = "cudamem0", 64 * 1024  # 256 KiB a tensor
+    x = rng(3).standard_normal(n).astype("float32")
+    plain = [y.numpy() for y in _tanh_chain(name, x)]
+    gc.collect()
+    mge._full_sync()
+    base = D.get_allocated_memory(name)
+    try:
+        mge.dtr.evictee_minimum_size = 1024
+        mge.dtr.eviction_threshold = base + 5 * 4 * n
+        mge.dtr.enable()
+        mge.dtr.reset_stats()
+        D.reset_max_memory_stats(name)
+        ys = _tanh_chain(name, x)
+        mge._full_sync()
+        assert D.get_max_allocated_memory(name) <= base + 7 * 4 * n
+        assert D.get_max_allocated_memory(name) == fresh.memory_stats()["peak_allocated"]
+        st = mge.dtr.stats()
+        assert st["evictions"] > 10, st
+        for y, want in zip(reversed(ys), reversed(plain)):  # regenerated on reading
+            np.testing.assert_array_equal(y.numpy(), want)
+        assert mge.dtr.stats()["recomputations"] > 0
+    finally:
+        mge.dtr.disable()
+        mge.dtr.eviction_threshold = 0
+        mge.dtr.evictee_minimum_size = "1MB"
+        mge.dtr.reset_stats()

@@ -19,6 +19,7 @@ import mge.module as M
 import mge.optimizer as optim
 from mge.autodiff import GradManager
 from mge.core import get_option
+from mge._core.device.base import Device
 
 ch = mge.core.get_channel()
 
@@ -451,11 +452,11 @@ class _Info:
     device = "cpu0"
 
 
-def _policy_with_chain(n, cost=100.0, nbytes=2.0 ** 20):
+def _policy_with_chain(n, cost=100.0, nbytes=2.0 ** 20, info=_Info):
     """A chain t0 -> t1 -> ... -> tn recorded in a fresh policy; returns it and the infos."""
     from mge._core import _accel
     dtr = _accel.load("mge._core.dtr").DynamicSublinear()
-    infos = [_Info() for _ in range(n + 1)]
+    infos = [info() for _ in range(n + 1)]
     for k in range(1, n + 1):
         dtr.record([infos[k - 1]], [infos[k]], [nbytes], cost)
         dtr.advance(cost)
@@ -470,6 +471,34 @@ def test_policy_scores_with_megengines_formula():
     assert dtr.score(e) == pytest.approx(expected)
     e.recompute_times = 5
     assert dtr.score(e) == pytest.approx(expected * 1.0001 ** 5)
+
+
+class _PooledDevice(Device):
+    """A device whose allocator knows its blocks' free neighbours (as the CUDA pool does): here
+    a buffer is the number of free bytes beside it."""
+
+    kind = "pooled"
+
+    def free_beside(self, buffer):
+        return buffer
+
+
+class _PooledNode:
+    impl = _PooledDevice()
+
+
+class _PooledInfo:
+    device = _PooledNode()
+    value = 3 * 2 ** 20  # (the buffer: 3 MiB free beside it)
+
+
+def test_policy_counts_the_free_bytes_beside_a_block_where_the_device_tells_them():
+    # MegEngine's eval_func divides by the tensor's bytes plus the free bytes around its block:
+    # evicting a tensor next to free memory frees a larger block
+    dtr, infos = _policy_with_chain(3, info=_PooledInfo)
+    e = dtr.get(infos[1])
+    now, last = dtr.clock, e.last_used
+    assert dtr.score(e) == pytest.approx((100.0 + 1e-3) / ((1.0 + 3.0) * (now - last + 1e-3)))
 
 
 def test_policy_joins_an_evicted_chain_into_one_component():

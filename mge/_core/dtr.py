@@ -24,6 +24,7 @@ costs no Python operation per candidate.  Pure-Python mode runs the same code.
 import cython
 
 from . import _accel
+from .device.base import Device as _Device
 
 _accel.guard(__name__)
 
@@ -110,6 +111,7 @@ class DynamicSublinear:
     candidates = cython.declare(list, visibility="public")  # resident, recomputable, evictable
     clock = cython.declare(cython.double, visibility="public")
     device = cython.declare(object, visibility="public")    # the device DTR manages
+    free_beside = cython.declare(object, visibility="public")  # its Device.free_beside, or None
     warn_printed = cython.declare(cython.bint, visibility="public")
     _rand = cython.declare(cython.longlong)
     _stamp = cython.declare(cython.longlong)
@@ -125,6 +127,7 @@ class DynamicSublinear:
         self.candidates = []
         self.clock = 0.0
         self.device = None
+        self.free_beside = None
         self.warn_printed = False
         self._rand = 12345
         self._stamp = 0
@@ -168,7 +171,17 @@ class DynamicSublinear:
         e.slot = len(self.candidates)
         self.candidates.append(e)
         if self.device is None:
-            self.device = e.info.device
+            self._manage(e.info.device)
+
+    def _manage(self, device):
+        # the device DTR manages now; its allocator's free bytes around a block count in the
+        # score where it can tell them (a pool: the CUDA device), not on the CPU (always 0)
+        self.device = device
+        impl = getattr(device, "impl", None)
+        if impl is not None and type(impl).free_beside is not _Device.free_beside:
+            self.free_beside = impl.free_beside
+        else:
+            self.free_beside = None
 
     @cython.ccall
     @cython.locals(e=Entry, last=Entry, slot=cython.Py_ssize_t)
@@ -191,6 +204,7 @@ class DynamicSublinear:
             e.slot = -1
         self.candidates = []
         self.device = None
+        self.free_beside = None
         self.warn_printed = False
 
     # -- pins and time -----------------------------------------------------------------------------
@@ -389,8 +403,8 @@ class DynamicSublinear:
     @cython.ccall
     @cython.locals(e=Entry)
     def score(self, e) -> cython.double:
-        """MegEngine's ``eval_func`` with the seed's parameters (1, 1, 1, 1.0001); the free
-        memory around the tensor is 0 on the CPU.
+        """MegEngine's ``eval_func`` with the seed's parameters (1, 1, 1, 1.0001): the bytes are
+        the tensor's and the free ones beside its block (a pooled device's figure; 0 on the CPU).
 
         seed: ``cost`` was only the neighbours'; the tensor's own cost is added, as in the DTR
         paper's h_DTR.  A tensor the user released (kept only because live tensors may need it to
@@ -400,7 +414,10 @@ class DynamicSublinear:
         cost: cython.double = e.compute_time
         if not e.allow_delete:
             cost += self.neighbor_cost(e)
-        mem: cython.double = e.nbytes / _MB
+        mem: cython.double = e.nbytes
+        if self.free_beside is not None:  # (seed: the block's free neighbours count)
+            mem += self.free_beside(e.info.value)
+        mem /= _MB
         stale: cython.double = self.clock - e.last_used + 1e-3
         return (cost + 1e-3) * (1.0001 ** e.recompute_times) / (mem * stale)
 
