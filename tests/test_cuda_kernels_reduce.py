@@ -517,8 +517,9 @@ def test_sorting_rows_longer_than_a_block_is_refused():
 
 # (rtol, atol) against the CPU kernels: both a few ulp of the accumulation type from the exact
 # value (exp/log of CUDA or glibc, sums in other orders); float16 rounds once from float on both,
-# so it may land on the neighbouring float16.  Measured here: at most 4e-7 / 2e-6 in float32.
-_SOFTMAX_TOL = {F16: (2e-3, 1e-5), F32: (2e-6, 1e-6), F64: (1e-14, 1e-15)}
+# so it lands on the same float16 or (a reduced loss) its neighbour.  Measured here: at most 0.4
+# of these in float32 and float64, 0.7 for float16's reduced losses.
+_SOFTMAX_TOL = {F16: (1e-3, 1e-5), F32: (1.5e-6, 3e-7), F64: (1e-14, 1e-15)}
 
 SOFTMAX_SHAPES = [((), 0), ((7,), 0), ((64, 10), 1), ((3, 100, 5), 1), ((2, 3000), -1),
                   ((5, 3), 0), ((2, 3, 4), (1, 2)), ((4, 1), 1)]
