@@ -688,6 +688,7 @@ def _splits(m, n, tx, ty):
 
 
 def _tile_launch(kernel, m, n, inner, splits, args, shared_per_thread, extra_per_tx=0):
+    # a tile kernel over m outputs of rows of n: shared memory per thread and per column (tx)
     tx, ty = block_shape(n, inner)
     tiles = -(-m // tx)
     grid = (int(min(tiles, _MAX_GRID_X)), int(splits), 1)
@@ -746,8 +747,9 @@ def cumsum_launch(in_dtype, shape, axis, exclusive=False, reverse=False):
         return Plan((launch,), (), (outer, n, inner))
     chunk = -(-n // splits)
     splits = -(-n // chunk)
-    totals = _tile_launch(reduce_kernel("sum", _B if d == _B else d, stage="partial"), m, n,
-                          inner, splits, ("ws0", "in", outer, n, inner, chunk, n), size)
+    # (Reduce's sum accumulates as CumSum does: bool and integers in 32 or 64 unsigned bits)
+    totals = _tile_launch(reduce_kernel("sum", d, stage="partial"), m, n, inner, splits,
+                          ("ws0", "in", outer, n, inner, chunk, n), size)
     carries = _tile_launch(_raw_scan_kernel(d), m, splits, m, 1,
                            ("ws1", "ws0", 1, splits, m, splits, None, 1, flags[1]), 2 * size,
                            size)
