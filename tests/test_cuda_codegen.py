@@ -752,3 +752,23 @@ def test_importing_nvrtc_loads_nothing_and_a_missing_library_is_explained():
     assert proc.returncode == 0, proc.stderr
     assert "libnvrtc not found" in proc.stdout and "/nonexistent/libnvrtc.so" in proc.stdout
     assert "raised libnvrtc not found" in proc.stdout
+
+
+def test_libnvrtc_and_ptxas_are_looked_for_in_the_toolkit_of_cuda_home(tmp_path, monkeypatch):
+    # (a bare GPU machine has CUDA's compiler but not the wheels: its toolkit is searched too)
+    lib = tmp_path / "targets" / "x86_64-linux" / "lib"
+    lib.mkdir(parents=True)
+    (lib / "libnvrtc.so.13").write_bytes(b"")
+    (tmp_path / "bin").mkdir()
+    ptxas = tmp_path / "bin" / "ptxas"
+    ptxas.write_text("#!/bin/sh\n")
+    ptxas.chmod(0o755)
+    monkeypatch.setenv("CUDA_HOME", str(tmp_path))
+    monkeypatch.delenv("MGE_NVRTC_LIBRARY", raising=False)
+    assert str(lib / "libnvrtc.so.13") in nvrtc.nvrtc_candidates()
+    monkeypatch.setenv("MGE_NVRTC_LIBRARY", "/elsewhere/libnvrtc.so")
+    assert nvrtc.nvrtc_candidates() == ["/elsewhere/libnvrtc.so"]  # (an explicit choice only)
+    monkeypatch.delenv("MGE_PTXAS", raising=False)
+    monkeypatch.setenv("PATH", "/nonexistent")
+    monkeypatch.setattr(nvrtc, "_wheel_dirs", lambda package, sub: [])  # (no wheels there)
+    assert nvrtc.find_ptxas() == str(ptxas)

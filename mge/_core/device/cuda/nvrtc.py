@@ -26,7 +26,8 @@ import tempfile
 import threading
 
 __all__ = ["CudaCompileError", "compile_ptx", "assemble", "nvrtc_version", "supported_archs",
-           "find_ptxas", "find_nvrtc", "available", "why_unavailable", "clear_cache"]
+           "find_ptxas", "find_nvrtc", "nvrtc_candidates", "available", "why_unavailable",
+           "clear_cache"]
 
 
 class CudaCompileError(RuntimeError):
@@ -50,22 +51,37 @@ def _wheel_dirs(package, sub):
     return [os.path.join(p, sub) for p in getattr(module, "__path__", ())]
 
 
-def _nvrtc_candidates():
-    """Where libnvrtc may be, in the order tried: ``MGE_NVRTC_LIBRARY``, the wheel, the
-    linker's search path, the usual toolkit folder."""
+def _toolkit_roots():
+    """CUDA toolkits on this machine: ``CUDA_HOME``/``CUDA_PATH``, the one the ``nvcc`` on
+    ``PATH`` belongs to, ``/usr/local/cuda``."""
+    roots = [os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH")]
+    nvcc = shutil.which("nvcc")
+    if nvcc:
+        roots.append(os.path.dirname(os.path.dirname(os.path.realpath(nvcc))))
+    roots.append("/usr/local/cuda")
+    return [r for r in dict.fromkeys(roots) if r]
+
+
+def nvrtc_candidates():
+    """Where libnvrtc may be, in the order tried: ``MGE_NVRTC_LIBRARY``, the wheels (CUDA 12's
+    ``nvidia/cuda_nvrtc``, CUDA 13's ``nvidia/cu13``), the linker's search path, the toolkits."""
     env = os.environ.get("MGE_NVRTC_LIBRARY")
     if env:
         return [env]  # an explicit choice is the only one tried: a wrong path is an error
+    dirs = (_wheel_dirs("nvidia.cuda_nvrtc", "lib") + _wheel_dirs("nvidia.cuda_nvrtc", "bin")
+            + _wheel_dirs("nvidia", os.path.join("cu13", "lib")))
     found = []
-    for d in _wheel_dirs("nvidia.cuda_nvrtc", "lib") + _wheel_dirs("nvidia.cuda_nvrtc", "bin"):
+    for d in dirs:
         # libnvrtc.so.12 (Linux) or nvrtc64_120_0.dll (Windows); never libnvrtc-builtins
         found += sorted(glob.glob(os.path.join(d, "libnvrtc.so*")))
         found += sorted(glob.glob(os.path.join(d, "nvrtc64_*.dll")))
     name = ctypes.util.find_library("nvrtc")
     if name:
         found.append(name)
-    found += sorted(glob.glob("/usr/local/cuda/lib64/libnvrtc.so*"))
-    return found
+    for root in _toolkit_roots():
+        for sub in ("lib64", os.path.join("targets", "*", "lib")):
+            found += sorted(glob.glob(os.path.join(root, sub, "libnvrtc.so*")))
+    return list(dict.fromkeys(found))
 
 
 _lock = threading.Lock()
@@ -103,7 +119,7 @@ def _load():
     with _lock:
         if "lib" not in _state and "error" not in _state:
             tried = []
-            for path in _nvrtc_candidates():
+            for path in nvrtc_candidates():
                 try:
                     _state["lib"] = _declare(ctypes.CDLL(path))
                     _state["path"] = path
@@ -223,18 +239,20 @@ def _log(lib, prog):
 # -- assembling -----------------------------------------------------------------------------------
 
 def find_ptxas():
-    """The path of a ``ptxas``: ``MGE_PTXAS``, the ``nvidia-cuda-nvcc-cu12`` wheel's (which matches
-    the wheel NVRTC's PTX version), else one on ``PATH`` or in ``/usr/local/cuda/bin``; ``None``
+    """The path of a ``ptxas``: ``MGE_PTXAS``, the ``nvidia-cuda-nvcc-cu12`` (or CUDA 13) wheel's
+    (which matches the wheel NVRTC's PTX version), else one on ``PATH`` or in a toolkit; ``None``
     if there is none (or ``MGE_PTXAS`` names no executable: an explicit choice is the only one)."""
     env = os.environ.get("MGE_PTXAS")
     if env:
         return env if os.path.isfile(env) and os.access(env, os.X_OK) else None
     exe = "ptxas.exe" if os.name == "nt" else "ptxas"
-    for d in _wheel_dirs("nvidia.cuda_nvcc", "bin"):
+    cu13 = os.path.join("cu13", "bin")
+    for d in _wheel_dirs("nvidia.cuda_nvcc", "bin") + _wheel_dirs("nvidia", cu13):
         path = os.path.join(d, exe)
         if os.path.isfile(path) and os.access(path, os.X_OK):
             return path
-    return shutil.which(exe) or shutil.which(exe, path="/usr/local/cuda/bin")
+    return shutil.which(exe) or shutil.which(
+        exe, path=os.pathsep.join(os.path.join(r, "bin") for r in _toolkit_roots()))
 
 
 def assemble(ptx, arch="sm_90", options=(), name="kernel.ptx"):
