@@ -39,6 +39,7 @@ def extensions():
         language_level=3,
         compiler_directives={"binding": True, "embedsignature": True},
         quiet=True,
+        nthreads=int(os.environ.get("MGE_BUILD_JOBS") or 0),  # (cythonize N modules at once)
     )
 
 

@@ -276,17 +276,10 @@ driver_dir_path() {
 build_mge() {
     # The editable install brings the entry points (the transformation plugins) and the finder;
     # MGE_NO_CYTHON=1 makes it quick (setup.py then lists no extensions), and build_ext --inplace
-    # builds them beside the sources, cythonize on every core (setup.py does not ask for it, so
-    # cythonize is wrapped), the C compiler too (-j).
+    # builds them beside the sources, cythonize on every core (MGE_BUILD_JOBS), the C compiler
+    # too (-j).
     MGE_NO_CYTHON=1 "$VPY" -m pip install --no-build-isolation --no-deps --no-index -e "$ROOT" || return 1
-    "$VPY" - "$JOBS" <<'EOF' || return 1
-import functools, runpy, sys
-import Cython.Build
-jobs = int(sys.argv[1])
-Cython.Build.cythonize = functools.partial(Cython.Build.cythonize, nthreads=jobs)
-sys.argv = ["setup.py", "build_ext", "--inplace", "-j", str(jobs)]
-runpy.run_path("setup.py", run_name="__main__")
-EOF
+    (cd "$ROOT" && MGE_BUILD_JOBS="$JOBS" "$VPY" setup.py build_ext --inplace -j "$JOBS") || return 1
     MGE_REQUIRE_COMPILED=1 "$VPY" -c 'import mge, mge.core; print("mge", mge.__version__, mge.core.compiled_modules())'
 }
 
