@@ -144,10 +144,6 @@ def test_ptxas_assembles_a_representative_program_for_sm90(nvrtc_ready):
 
 # -- the host build and a runner of launches ------------------------------------------------------
 
-class Dim3(ctypes.Structure):
-    _fields_ = [("x", ctypes.c_uint), ("y", ctypes.c_uint), ("z", ctypes.c_uint)]
-
-
 _SCALARS = {"long long": ctypes.c_longlong, "int": ctypes.c_int, "double": ctypes.c_double,
             "unsigned long long": ctypes.c_ulonglong}
 _STRUCTS = {}
@@ -171,8 +167,7 @@ class Runner:
 
     def __init__(self, lib):
         self.lib = lib
-        self.grid = Dim3.in_dll(lib.lib, "mge_host_grid")
-        self.block = Dim3.in_dll(lib.lib, "mge_host_block")
+        self.set_launch = lib.function("mge_host_launch", [ctypes.c_uint] * 7)
         self.launched = []
 
     def run(self, launches, buffers):
@@ -195,8 +190,7 @@ class Runner:
                     ctype = _SCALARS[decl.rsplit(" ", 1)[0]]
                     argtypes.append(ctype)
                     values.append(arg.item())
-            self.grid.x, self.grid.y, self.grid.z = launch.grid
-            self.block.x, self.block.y, self.block.z = launch.block
+            self.set_launch(*launch.grid, *launch.block, 0)
             self.lib.function(launch.kernel.name, argtypes)(*values)
 
 

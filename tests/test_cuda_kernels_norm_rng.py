@@ -251,12 +251,12 @@ _CTYPES = {np.dtype("int64"): ctypes.c_longlong, np.dtype("uint64"): ctypes.c_ul
 
 class Host:
     """The host build: ``run(plan, inputs, outputs)`` follows a ``LaunchPlan`` exactly, each
-    launch with its grid and block (``mge_host_set_launch``) unless overridden."""
+    launch with its grid and block (block.py's ``mge_host_launch``) unless overridden."""
 
     def __init__(self, lib):
         self.lib = lib
-        self._set = lib.lib.mge_host_set_launch
-        self._set.argtypes, self._set.restype = [ctypes.c_uint, ctypes.c_uint], None
+        self._set = lib.lib.mge_host_launch
+        self._set.argtypes, self._set.restype = [ctypes.c_uint] * 7, None
 
     def run(self, plan, ins, outs, grid=None, block=None):
         ws = np.zeros(max(plan.workspace, 8), np.uint8)
@@ -275,7 +275,7 @@ class Host:
                     types.append(_CTYPES[a.dtype])
                     values.append(a.item())
             assert len(types) == len(launch.kernel.params)
-            self._set(grid or launch.grid, block or launch.block)
+            self._set(grid or launch.grid, 1, 1, block or launch.block, 1, 1, 0)
             self.lib.function(launch.kernel.name, types)(*values)
         for check in getattr(plan, "checks", ()):
             flag = int(ws[check.flag.index:check.flag.index + 4].view(np.int32)[0])
@@ -421,7 +421,7 @@ def test_philox_kernel_gives_random123s_known_answers_and_the_python_values(host
     key = np.array([k for _, k, _ in KAT] + list(rng.integers(0, 2 ** 32, (50, 2))), np.uint32)
     out = np.zeros_like(ctr)
     fn = host.lib.function(rk.philox_kernel().name, [ctypes.c_void_p] * 3 + [ctypes.c_longlong])
-    host._set(3, 5)
+    host._set(3, 1, 1, 5, 1, 1, 0)
     fn(ctr.ctypes.data, key.ctypes.data, out.ctypes.data, len(ctr))
     for k, (_, _, want) in enumerate(KAT):
         assert tuple(int(v) for v in out[k]) == want

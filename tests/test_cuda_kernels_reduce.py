@@ -187,7 +187,7 @@ class Host:
         self.library = lib
         self.float16 = lib.float16
         self.launch = lib.lib.mge_host_launch
-        self.launch.argtypes = [ctypes.c_uint] * 5
+        self.launch.argtypes = [ctypes.c_uint] * 7
         self.launch.restype = None
         self.error = ctypes.c_int.in_dll(lib.lib, "mge_host_error")
 
@@ -202,7 +202,7 @@ class Host:
         k = launch.kernel
         fn = self.library.function(k.name, [self._argtype(p) for p in k.params])
         gx, gy, _ = grid or launch.grid
-        self.launch(gx, gy, launch.block[0], launch.block[1], launch.shared)
+        self.launch(gx, gy, 1, launch.block[0], launch.block[1], 1, launch.shared)
         assert len(launch.args) == len(k.params), k.name
         args = []
         for a in launch.args:
@@ -683,10 +683,10 @@ def test_the_host_refuses_a_launch_with_too_little_shared_memory(host):
     fn = host.library.function(launch.kernel.name, [Host._argtype(p) for p in launch.kernel.params])
     out = np.full(3, -1.0, F32)
     x = np.ones((3, 100), F32)
-    host.launch(launch.grid[0], 1, launch.block[0], launch.block[1], launch.shared - 4)
+    host.launch(launch.grid[0], 1, 1, launch.block[0], launch.block[1], 1, launch.shared - 4)
     fn(out.ctypes.data, x.ctypes.data, 3, 100, 1, 100, 100)
     assert host.error.value == 1 and (out == -1).all()  # refused, nothing written
-    host.launch(launch.grid[0], 1, launch.block[0], launch.block[1], launch.shared)
+    host.launch(launch.grid[0], 1, 1, launch.block[0], launch.block[1], 1, launch.shared)
     fn(out.ctypes.data, x.ctypes.data, 3, 100, 1, 100, 100)
     assert host.error.value == 0 and (out == 100).all()
 

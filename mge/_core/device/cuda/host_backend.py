@@ -19,22 +19,14 @@ runtime on top -- runs the code a GPU runs:
   ``preload(kernels)`` builds many kernels in one library, which is much faster than one build
   each (a test module preloads what it uses).  Launch limits are checked as the driver checks
   them (block at most 1024 threads, grid dims, dynamic shared memory).
-* **Thread indices.**  The host build of a grid-stride kernel is a serial loop and ignores grid
-  and block.  A kernel that needs its thread and block indices (a block-per-row reduction with a
-  shared-memory tree) emulates them in its own host code -- macros that run the threads of a
-  block one after another, phase by phase between barriers -- and learns the launch shape from
-  the runner before each call, by whichever of the conventions of ``kernels/`` its library
-  exports (looked up once per library):
-
-  - ``mge_host_launch(gx, gy, bx, by, shared_bytes)`` (``reduce.py``, ``softmax.py``), and
-    afterwards ``int mge_host_error``: nonzero means the kernel needed more dynamic shared
-    memory than the launch gave (a ``LaunchError`` here);
-  - ``mge_host_set_launch(grid, block)`` (``norm.py``'s block prelude: 1-D launches);
-  - the globals ``mge_host_grid`` and ``mge_host_block``, three ``unsigned`` each
-    (``relayout.py``'s block prelude), written before the call.
-
-  Kernels whose preludes differ (or clash: two preludes under one guard) are built as separate
-  libraries, each loaded on its own (``RTLD_LOCAL``), so such globals never meet.
+* **Thread indices.**  The host build of a grid-stride kernel (elemwise's ``MGE_LOOP``) is a
+  serial loop and ignores grid and block.  A kernel that needs its thread and block indices (a
+  block-per-row reduction with a shared-memory tree, a tiled transpose, a block scan) is written
+  with ``kernels/block.py``'s phase macros, which run the threads of a block one after another,
+  phase by phase between barriers, and learns the launch shape through block.py's one host
+  convention: ``mge_host_launch(gx, gy, gz, bx, by, bz, shared_bytes)`` before the call, and
+  afterwards ``int mge_host_error`` -- nonzero means the kernel needed more dynamic shared memory
+  than the launch gave (a ``LaunchError`` here).
 * **GEMM** is numpy on strided views of that memory, following cuBLAS's column-major semantics
   argument by argument (``backend.check_gemm``): ``A`` is read as ``lda``-strided columns,
   ``beta == 0`` does not read ``C``, float16 accumulates in float32.  So the device's row-major
@@ -289,18 +281,15 @@ class HostBackend(Backend):
                     t = _structs.setdefault(v.dtype, ctypes_struct(v.dtype))
                 argtypes.append(t)
                 cargs.append(t.from_buffer_copy(v.tobytes()))
-        convention = _convention(lib)
-        if convention == "launch5":
-            lib.function("mge_host_launch", [ctypes.c_uint] * 5)(
-                grid[0], grid[1], block[0], block[1], int(shared_bytes))
-        elif convention == "set_launch2":
-            lib.function("mge_host_set_launch", [ctypes.c_uint] * 2)(grid[0], block[0])
-        elif convention == "dim3":
-            (ctypes.c_uint * 3).in_dll(lib.lib, "mge_host_grid")[:] = grid
-            (ctypes.c_uint * 3).in_dll(lib.lib, "mge_host_block")[:] = block
+        # block.py's one host convention: the launch shape (and dynamic shared size) before
+        # the call, mge_host_error after it; grid-stride-only libraries export neither
+        blocks = _has_blocks(lib)
+        if blocks:
+            lib.function("mge_host_launch", [ctypes.c_uint] * 7)(
+                *grid, *block, int(shared_bytes))
         lib.function(name, argtypes)(*cargs)
         self.launches[name] += 1
-        if convention == "launch5" and "mge_host_error" in lib:
+        if blocks:
             error = ctypes.c_int.in_dll(lib.lib, "mge_host_error").value
             if error:
                 raise LaunchError(f"launch of {name}: the kernel needs more dynamic shared "
@@ -357,30 +346,22 @@ class HostBackend(Backend):
 
 
 def _family(kernel):
-    # kernels built into one translation unit: those with the same preludes (a guard may name
-    # different texts in different kernel modules, and preludes define clashing globals)
-    return tuple((guard, text) for guard, text in kernel.parts if "PRELUDE" in guard)
+    # kernels built into one translation unit: those with the same preludes (a small unit per
+    # family builds in parallel with the others and is rebuilt alone when one family changes)
+    return tuple(guard for guard, _ in kernel.parts if "PRELUDE" in guard)
 
 
 # numpy struct dtype -> its ctypes Structure, one per process: a library's function objects are
 # shared (ctypes caches them), so every caller must give the very same argtypes
 _structs = {}
-_conventions = {}  # library path -> how its kernels learn the launch shape (module docstring)
+_blocks = {}  # library path -> whether it holds block.py's prelude (mge_host_launch)
 
 
-def _convention(lib):
-    c = _conventions.get(lib.path)
-    if c is None:
-        if "mge_host_launch" in lib:
-            c = "launch5"
-        elif "mge_host_set_launch" in lib:
-            c = "set_launch2"
-        elif "mge_host_grid" in lib and "mge_host_block" in lib:
-            c = "dim3"
-        else:
-            c = "none"
-        _conventions[lib.path] = c
-    return c
+def _has_blocks(lib):
+    b = _blocks.get(lib.path)
+    if b is None:
+        b = _blocks[lib.path] = "mge_host_launch" in lib and "mge_host_error" in lib
+    return b
 
 
 def _contiguous(host_array, what):

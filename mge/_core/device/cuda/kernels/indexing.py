@@ -41,7 +41,7 @@ elements in order at the tile's offset plus its prefix: the values and their int
 in the order of ``np.flatnonzero``.  An empty result launches nothing in pass two.  A mask index
 (``x[mask]``) uses the same plan for its flat indices, which ``multi_axis_plan`` takes.
 
-Kernels with blocks and barriers use relayout.py's ``BLOCK_PRELUDE`` (phases, emulated serially on
+Kernels with blocks and barriers use block.py's ``BLOCK_PRELUDE`` (phases, emulated serially on
 the host build); the rest run serially there through ``MGE_LOOP``.
 """
 import functools
@@ -55,8 +55,9 @@ from .elemwise import (
     _PRELUDE, MAX_NDIM, _F16, _dtypes, _code, _storage, KernelSource, index_bits_for,
     pack_layout, simplify_layout,
 )
+from .block import BLOCK_PARTS
 from .relayout import (
-    BLOCK_PRELUDE, THREADS, Launch, Ptr, _UINT, _bits, _contiguous_strides, _idx, _size,
+    THREADS, Launch, Ptr, _UINT, _bits, _contiguous_strides, _idx, _size,
     copy_launch, grid_for,
 )
 
@@ -185,7 +186,7 @@ MGE_FN void mge_atomic_add_f16(unsigned short* p, unsigned short v) {
 def _parts(name, text, block=False, atomic=False):
     parts = [("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_INDEX_PRELUDE", _INDEX_PRELUDE)]
     if block:
-        parts.append(("MGE_BLOCK_PRELUDE", BLOCK_PRELUDE))
+        parts.append(BLOCK_PARTS[1])
     if atomic:
         parts.append(("MGE_ATOMIC_PRELUDE", _ATOMIC_PRELUDE))
     parts.append((name, text))

@@ -32,18 +32,14 @@ thread one column (consecutive threads, consecutive columns: coalesced when ``I 
 chunk of rows, ``ln_bwd_cols_final`` adds a column's chunks in order.
 
 **The host build's emulation.**  A kernel never keeps a thread's local variables across a
-barrier: every value that crosses one is in shared memory.  So a block is a sequence of
-*phases* between barriers, each written as ``MGE_FOR_THREADS(t) { ... }``: on the GPU that is
-the thread's own ``t = threadIdx.x`` (a loop of one iteration), on the host a serial loop over
-``t`` in ``[0, blockDim)``; ``MGE_SYNC`` is ``__syncthreads()`` on the GPU and nothing on the
-host, where the phase before it has already run for every thread.  ``MGE_BLOCK_LOOP(r, n)``
-walks ``r = blockIdx.x, + gridDim.x, ...`` (on the host: every emulated block in turn) and
-``MGE_GRID_LOOP(i, n)`` is the grid-stride loop over emulated blocks and threads.  The host
-kernels read their launch shape from ``mge_norm_host_grid``/``mge_norm_host_block`` (names of
-their own: ``relayout.py``'s prelude has globals ``mge_host_grid`` of another type), set by the
-exported ``mge_host_set_launch(grid, block)`` before each call (``host_backend.py`` knows this
-convention), so the plans' very grids and blocks run on the host.  ``__shared__`` arrays are
-``static`` on the host (one emulated block at a time).
+barrier: every value that crosses one is in shared memory.  So a block is a sequence of phases
+between barriers written with ``block.py``'s macros (the one block prelude of every family):
+``MGE_THREADS { const unsigned t = threadIdx.x; ... }`` is one phase (on the host a serial loop
+over the emulated block's threads), ``MGE_SYNC`` a barrier, ``MGE_BLOCK_LOOP(r, n)`` walks ``r =
+blockIdx.x, + gridDim.x, ...`` (host: every emulated block in turn) and ``MGE_GRID_LOOP(i, n)``
+is the grid-stride loop over the emulated blocks and threads.  The runner sets the launch shape
+with ``mge_host_launch`` before each call, so the plans' very grids and blocks run on the host;
+``__shared__`` arrays (``MGE_SHARED``) are ``static`` there (one emulated block at a time).
 
 **Launch plans.**  ``batch_norm_plan``, ``batch_norm_backward_plan``, ``layer_norm_plan`` and
 ``layer_norm_backward_plan`` return a ``LaunchPlan``: ``Launch``es in stream order, each a kernel,
@@ -65,13 +61,13 @@ from ....ops.base import INFER, TensorDesc
 from ....ops.nn_norm import (
     BatchNorm, BatchNormBackward, LayerNorm, LayerNormBackward, layer_norm_range,
 )
-from .elemwise import _PRELUDE, KernelSource
+from .block import BLOCK_PARTS
+from .elemwise import KernelSource
 
 __all__ = ["Buffer", "Launch", "LaunchPlan", "FLOAT_DTYPES", "NTHREADS", "TARGET_BLOCKS",
            "NVRTC_OPTIONS", "DIFFERENCES", "batch_norm_kernels", "batch_norm_backward_kernels",
            "layer_norm_kernels", "layer_norm_backward_kernels", "batch_norm_plan",
-           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan", "PLANS",
-           "BLOCK_PRELUDE"]
+           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan", "PLANS"]
 
 #: Threads of a reducing block (a power of two; the shared arrays hold this many).
 NTHREADS = 256
@@ -200,41 +196,11 @@ def _chunks(groups, m, block):
 
 # -- the shared prelude: block emulation and reduction helpers ------------------------------------
 
-BLOCK_PRELUDE = r"""#ifndef MGE_NORM_BLOCK_PRELUDE
-#define MGE_NORM_BLOCK_PRELUDE
-/* Phases between barriers (see kernels/norm.py): on the GPU a thread runs its own t, on the
-   host every thread of the emulated block runs the phase in turn. */
+# Norm's block helpers (kernels/block.py holds the phase macros): float loads and stores, the
+# Welford combination and the block trees.
+_NORM_BLOCK = r"""#ifndef MGE_NORM_BLOCK
+#define MGE_NORM_BLOCK
 #define MGE_NTHREADS_MAX @NTHREADS@
-#if defined(__CUDACC__)
-#define MGE_SHARED __shared__
-#define MGE_SYNC __syncthreads()
-#define MGE_NTHREADS ((unsigned)blockDim.x)
-#define MGE_FOR_THREADS(t) \
-    for (unsigned t = threadIdx.x, mge_once_##t = 1; mge_once_##t; mge_once_##t = 0)
-#define MGE_BLOCK_LOOP(r, n) \
-    for (long long r = blockIdx.x; r < (long long)(n); r += gridDim.x)
-#define MGE_GRID_LOOP(i, n) \
-    for (long long i = (long long)blockIdx.x * blockDim.x + threadIdx.x; i < (long long)(n); \
-         i += (long long)blockDim.x * gridDim.x)
-#else
-inline unsigned mge_norm_host_grid = 1, mge_norm_host_block = 1;
-/* Weak: many translation units of one host library define it. */
-extern "C" __attribute__((weak)) void mge_host_set_launch(unsigned grid, unsigned block) {
-    mge_norm_host_grid = grid; mge_norm_host_block = block;
-}
-#define MGE_SHARED static
-#define MGE_SYNC
-#define MGE_NTHREADS mge_norm_host_block
-#define MGE_FOR_THREADS(t) for (unsigned t = 0; t < mge_norm_host_block; ++t)
-#define MGE_BLOCK_LOOP(r, n) \
-    for (unsigned mge_blk_ = 0; mge_blk_ < mge_norm_host_grid; ++mge_blk_) \
-        for (long long r = mge_blk_; r < (long long)(n); r += mge_norm_host_grid)
-#define MGE_GRID_LOOP(i, n) \
-    for (unsigned mge_blk_ = 0; mge_blk_ < mge_norm_host_grid; ++mge_blk_) \
-        for (unsigned mge_thr_ = 0; mge_thr_ < mge_norm_host_block; ++mge_thr_) \
-            for (long long i = (long long)mge_blk_ * mge_norm_host_block + mge_thr_; \
-                 i < (long long)(n); i += (long long)mge_norm_host_block * mge_norm_host_grid)
-#endif
 /* Loads of float data into the computing type, stores of it (float16 as bits, one rounding). */
 MGE_FN float mge_ldf(const unsigned short* p, long long i) { return mge_h2f(p[i]); }
 MGE_FN float mge_ldf(const float* p, long long i) { return p[i]; }
@@ -257,34 +223,34 @@ template <class T> MGE_FN void mge_welford_merge(long long& na, T& ma, T& sa,
     sa = sa + sb + d * d * (T)na * fb;
     na = n;
 }
-/* The shared-memory tree over a block's Welford triples in sh_n/sh_m/sh_s[0, MGE_NTHREADS):
+/* The shared-memory tree over a block's Welford triples in sh_n/sh_m/sh_s[0, blockDim.x):
    the result lands in slot 0.  Called by every thread (it holds barriers). */
 template <class T> MGE_FN void mge_block_welford(long long* sh_n, T* sh_m, T* sh_s) {
-    for (unsigned s = MGE_NTHREADS / 2; s > 0; s >>= 1) {
-        MGE_FOR_THREADS(t) {
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             if (t < s) mge_welford_merge<T>(sh_n[t], sh_m[t], sh_s[t],
                                             sh_n[t + s], sh_m[t + s], sh_s[t + s]);
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
 /* The same tree for K sums per thread, in sh[k * MGE_NTHREADS_MAX + t]. */
 template <int K, class T> MGE_FN void mge_block_sums(T* sh) {
-    for (unsigned s = MGE_NTHREADS / 2; s > 0; s >>= 1) {
-        MGE_FOR_THREADS(t) {
+    for (unsigned s = blockDim.x / 2; s > 0; s >>= 1) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             if (t < s) {
                 for (int k = 0; k < K; ++k)
                     sh[k * MGE_NTHREADS_MAX + t] += sh[k * MGE_NTHREADS_MAX + t + s];
             }
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
-#endif /* MGE_NORM_BLOCK_PRELUDE */
+#endif /* MGE_NORM_BLOCK */
 """.replace("@NTHREADS@", str(NTHREADS))
 
-_PRELUDE_PARTS = (("MGE_ELEMWISE_PRELUDE", _PRELUDE),
-                  ("MGE_NORM_BLOCK_PRELUDE", BLOCK_PRELUDE))
+#: The parts every kernel of norm.py, rng.py and optimizer.py starts with.
+_PRELUDE_PARTS = BLOCK_PARTS + (("MGE_NORM_BLOCK", _NORM_BLOCK),)
 
 # -- the algorithms, as templates -----------------------------------------------------------------
 
@@ -299,11 +265,11 @@ MGE_FN void mge_bn_stats_partial(const TX* x, long long* ws_n, T* ws_m, T* ws_s,
     MGE_SHARED long long sh_n[MGE_NTHREADS_MAX];
     MGE_SHARED T sh_m[MGE_NTHREADS_MAX], sh_s[MGE_NTHREADS_MAX];
     MGE_BLOCK_LOOP(r, C * P) {
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long c = r / P, lo = (r % P) * chunk, hi = lo + chunk < m ? lo + chunk : m;
             long long n = 0;
             T mean = 0, m2 = 0;
-            for (long long j = lo + t; j < hi; j += MGE_NTHREADS) {
+            for (long long j = lo + t; j < hi; j += blockDim.x) {
                 T v = (T)mge_ldf(x, ((j / S) * C + c) * S + j % S);
                 ++n;
                 T d = v - mean;
@@ -312,12 +278,12 @@ MGE_FN void mge_bn_stats_partial(const TX* x, long long* ws_n, T* ws_m, T* ws_s,
             }
             sh_n[t] = n; sh_m[t] = mean; sh_s[t] = m2;
         }
-        MGE_SYNC;
+        MGE_SYNC
         mge_block_welford<T>(sh_n, sh_m, sh_s);
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             if (t == 0) { ws_n[r] = sh_n[0]; ws_m[r] = sh_m[0]; ws_s[r] = sh_s[0]; }
         }
-        MGE_SYNC;  /* slot 0 is read before the next block's phase overwrites it */
+        MGE_SYNC  /* slot 0 is read before the next block's phase overwrites it */
     }
 }
 /* BatchNorm stage 2: block c combines its P partials; writes mean/var (x's dtype), and
@@ -329,17 +295,17 @@ MGE_FN void mge_bn_stats_final(const long long* ws_n, const T* ws_m, const T* ws
     MGE_SHARED long long sh_n[MGE_NTHREADS_MAX];
     MGE_SHARED T sh_m[MGE_NTHREADS_MAX], sh_s[MGE_NTHREADS_MAX];
     MGE_BLOCK_LOOP(c, C) {
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long n = 0;
             T mean = 0, m2 = 0;
-            for (long long p = t; p < P; p += MGE_NTHREADS)
+            for (long long p = t; p < P; p += blockDim.x)
                 mge_welford_merge<T>(n, mean, m2, ws_n[c * P + p], ws_m[c * P + p],
                                      ws_s[c * P + p]);
             sh_n[t] = n; sh_m[t] = mean; sh_s[t] = m2;
         }
-        MGE_SYNC;
+        MGE_SYNC
         mge_block_welford<T>(sh_n, sh_m, sh_s);
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             if (t == 0) {
                 long long n = sh_n[0];
                 T mean = n ? sh_m[0] : mge_qnan<T>(), var = n ? sh_s[0] / (T)n : mge_qnan<T>();
@@ -349,7 +315,7 @@ MGE_FN void mge_bn_stats_final(const long long* ws_n, const T* ws_m, const T* ws
                 ws_scale[c] = (T)mge_ldf(w, c) / mge_sqrt(var + (T)eps);
             }
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
 /* Inference BatchNorm's statistics: ws_mean[c] = mean, ws_scale[c] = w / sqrt(var + eps). */
@@ -379,11 +345,11 @@ MGE_FN void mge_bnb_partial(const TX* x, const TG* dy, const TM* mean, const TV*
                             long long chunk, double eps) {
     MGE_SHARED T sh[2 * MGE_NTHREADS_MAX];
     MGE_BLOCK_LOOP(r, C * P) {
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long c = r / P, lo = (r % P) * chunk, hi = lo + chunk < m ? lo + chunk : m;
             T mu = (T)mge_ldf(mean, c), rstd = (T)1 / mge_sqrt((T)mge_ldf(var, c) + (T)eps);
             T sg = 0, sgx = 0;
-            for (long long j = lo + t; j < hi; j += MGE_NTHREADS) {
+            for (long long j = lo + t; j < hi; j += blockDim.x) {
                 long long i = ((j / S) * C + c) * S + j % S;
                 T g = (T)mge_ldf(dy, i), xhat = ((T)mge_ldf(x, i) - mu) * rstd;
                 sg += g;
@@ -391,12 +357,12 @@ MGE_FN void mge_bnb_partial(const TX* x, const TG* dy, const TM* mean, const TV*
             }
             sh[t] = sg; sh[MGE_NTHREADS_MAX + t] = sgx;
         }
-        MGE_SYNC;
+        MGE_SYNC
         mge_block_sums<2, T>(sh);
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             if (t == 0) { ws_g[r] = sh[0]; ws_gx[r] = sh[MGE_NTHREADS_MAX]; }
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
 /* BatchNormBackward stage 2: channel c's sums in partial order -> dbias, dweight (weight's
@@ -407,17 +373,17 @@ MGE_FN void mge_bnb_final(const T* ws_g, const T* ws_gx, const TM* mean, const T
                           long long m, double eps) {
     MGE_SHARED T sh[2 * MGE_NTHREADS_MAX];
     MGE_BLOCK_LOOP(c, C) {
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             T sg = 0, sgx = 0;
-            for (long long p = t; p < P; p += MGE_NTHREADS) {
+            for (long long p = t; p < P; p += blockDim.x) {
                 sg += ws_g[c * P + p];
                 sgx += ws_gx[c * P + p];
             }
             sh[t] = sg; sh[MGE_NTHREADS_MAX + t] = sgx;
         }
-        MGE_SYNC;
+        MGE_SYNC
         mge_block_sums<2, T>(sh);
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             if (t == 0) {
                 T db = sh[0], dw = sh[MGE_NTHREADS_MAX];
                 T rstd = (T)1 / mge_sqrt((T)mge_ldf(var, c) + (T)eps);
@@ -428,7 +394,7 @@ MGE_FN void mge_bnb_final(const T* ws_g, const T* ws_gx, const TM* mean, const T
                 ws_k[3 * c + 2] = (T)mge_ldf(w, c) * rstd;
             }
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
 /* BatchNormBackward stage 3: dx = ((dy - xhat * (dw / m)) - db / m) * (w * rstd). */
@@ -452,11 +418,11 @@ MGE_FN void mge_ln_fwd(const TX* x, const TW* w, const TB* b, TX* y, TX* mean_ou
     MGE_SHARED long long sh_n[MGE_NTHREADS_MAX];
     MGE_SHARED T sh_m[MGE_NTHREADS_MAX], sh_s[MGE_NTHREADS_MAX];
     MGE_BLOCK_LOOP(r, R) {
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long base = (r / I) * M * I + r % I;
             long long n = 0;
             T mean = 0, m2 = 0;
-            for (long long j = t; j < M; j += MGE_NTHREADS) {
+            for (long long j = t; j < M; j += blockDim.x) {
                 T v = (T)mge_ldf(x, base + j * I);
                 ++n;
                 T d = v - mean;
@@ -465,19 +431,19 @@ MGE_FN void mge_ln_fwd(const TX* x, const TW* w, const TB* b, TX* y, TX* mean_ou
             }
             sh_n[t] = n; sh_m[t] = mean; sh_s[t] = m2;
         }
-        MGE_SYNC;
+        MGE_SYNC
         mge_block_welford<T>(sh_n, sh_m, sh_s);
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long base = (r / I) * M * I + r % I;
             T mean = sh_m[0], rstd = (T)1 / mge_sqrt(sh_s[0] / (T)M + (T)eps);
-            for (long long j = t; j < M; j += MGE_NTHREADS) {
+            for (long long j = t; j < M; j += blockDim.x) {
                 T v = ((T)mge_ldf(x, base + j * I) - mean) * rstd;
                 if (AFFINE) v = v * (T)mge_ldf(w, j) + (T)mge_ldf(b, j);
                 mge_stf(y, base + j * I, v);
             }
             if (t == 0) { mge_stf(mean_out, r, mean); mge_stf(rstd_out, r, rstd); }
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
 /* LayerNormBackward's dx: block per row; gw = dy [* w], c1 = mean(gw), c2 = mean(gw * xhat),
@@ -487,10 +453,10 @@ MGE_FN void mge_ln_bwd_rows(const TX* x, const TG* dy, const TS* mean, const TS*
                             const TW* w, TX* dx, long long R, long long M, long long I) {
     MGE_SHARED T sh[2 * MGE_NTHREADS_MAX];
     MGE_BLOCK_LOOP(r, R) {
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long base = (r / I) * M * I + r % I;
             T mu = (T)mge_ldf(mean, r), rs = (T)mge_ldf(rstd, r), s1 = 0, s2 = 0;
-            for (long long j = t; j < M; j += MGE_NTHREADS) {
+            for (long long j = t; j < M; j += blockDim.x) {
                 T g = (T)mge_ldf(dy, base + j * I);
                 if (AFFINE) g = g * (T)mge_ldf(w, j);
                 s1 += g;
@@ -498,20 +464,20 @@ MGE_FN void mge_ln_bwd_rows(const TX* x, const TG* dy, const TS* mean, const TS*
             }
             sh[t] = s1; sh[MGE_NTHREADS_MAX + t] = s2;
         }
-        MGE_SYNC;
+        MGE_SYNC
         mge_block_sums<2, T>(sh);
-        MGE_FOR_THREADS(t) {
+        MGE_THREADS { const unsigned t = threadIdx.x;
             long long base = (r / I) * M * I + r % I;
             T mu = (T)mge_ldf(mean, r), rs = (T)mge_ldf(rstd, r);
             T c1 = sh[0] / (T)M, c2 = sh[MGE_NTHREADS_MAX] / (T)M;
-            for (long long j = t; j < M; j += MGE_NTHREADS) {
+            for (long long j = t; j < M; j += blockDim.x) {
                 T g = (T)mge_ldf(dy, base + j * I);
                 if (AFFINE) g = g * (T)mge_ldf(w, j);
                 T xhat = ((T)mge_ldf(x, base + j * I) - mu) * rs;
                 mge_stf(dx, base + j * I, ((g - xhat * c2) - c1) * rs);
             }
         }
-        MGE_SYNC;
+        MGE_SYNC
     }
 }
 /* LayerNormBackward's dweight/dbias, stage 1: thread per column j (of M) and chunk p of rows:

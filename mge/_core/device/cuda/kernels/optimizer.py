@@ -33,8 +33,8 @@ from ....ops.base import INFER, TensorDesc
 from ....ops.optimizer import (
     AdadeltaUpdate, AdagradUpdate, AdamUpdate, RMSpropUpdate, SGDUpdate,
 )
-from .elemwise import _PRELUDE, KernelSource
-from .norm import BLOCK_PRELUDE, FLOAT_DTYPES, MAX_GRID, Buffer, Launch, LaunchPlan
+from .elemwise import KernelSource
+from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, MAX_GRID, Buffer, Launch, LaunchPlan
 
 __all__ = ["NVRTC_OPTIONS", "NTHREADS", "DIFFERENCES", "update_kernels", "update_plan",
            "OPTIMIZER_OPS"]
@@ -67,8 +67,7 @@ MGE_FN float mge_r16(float v) { return mge_h2f(mge_f2h(v)); }
 MGE_FN float mge_r16(double v) { return mge_h2f(mge_d2h(v)); }
 #endif
 """
-_PARTS = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_NORM_BLOCK_PRELUDE", BLOCK_PRELUDE),
-          ("MGE_OPT_PRELUDE", _OPT_PRELUDE))
+_PARTS = _PRELUDE_PARTS + (("MGE_OPT_PRELUDE", _OPT_PRELUDE),)
 
 
 # -- the expression builder: numpy's dtype rules, one statement per operation ---------------------

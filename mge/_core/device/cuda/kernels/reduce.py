@@ -44,18 +44,15 @@ index breaks ties, so the order is numpy's stable one (NaN last); ``no_sort`` so
 of equal values in the sorted row.
 
 **The host build.**  The sources compile as host C++ too (``hostbuild.py``), so the tests run
-them on numpy arrays.  Kernel bodies are written as *phases* between barriers: ``MGE_THREADS {
-... } MGE_END_THREADS`` is one phase of every thread (CUDA: the thread's own body; host: a loop
-over the block's threads, ``tx`` fastest), ``MGE_SYNC`` a barrier (host: nothing -- the phase's
-loop has run every thread).  State that outlives a phase lives in shared memory, barriers sit
-only in block-uniform control flow (as CUDA requires anyway), and ``MGE_GRID_BEGIN`` is the
-block's own index (host: a loop over the grid).  Warp shuffles become, on the host, the same
-pairings through shared memory, so a result's bits are the GPU's.  The launch geometry comes from
-``mge_host_launch(grid_x, grid_y, block_x, block_y, shared_bytes)`` before a call, in place of
-CUDA's launch configuration; the kernel's parameters are the same as on the GPU.  On the host a
-kernel that would use more dynamic shared memory than the plan gave sets ``mge_host_error`` and
-does nothing (the tests check the plans that way), and shared memory starts as 0xff bytes (a
-read of an element never written shows).
+them on numpy arrays.  Kernel bodies are phases between barriers written with ``block.py``'s
+macros (the one prelude of every family): ``MGE_FOR_BLOCKS { ... }`` (host: a loop over the
+grid), ``MGE_THREADS { MGE_THREAD_IDS ... }`` one phase of every thread (host: a loop over the
+block's threads, ``tx`` fastest), ``MGE_SYNC`` a barrier, ``MGE_SHARED_ARRAY`` the dynamic shared
+memory.  Warp shuffles become, on the host, the same pairings through shared memory, so a
+result's bits are the GPU's.  The launch geometry comes from block.py's ``mge_host_launch(gx, gy,
+gz, bx, by, bz, shared_bytes)`` before a call; on the host a kernel that would use more dynamic
+shared memory than the plan gave sets ``mge_host_error`` and does nothing, and shared memory
+starts as 0xff bytes (a read of an element never written shows).
 
 Accumulators: float for float16 and float32, double for float64; integer sums, products and
 squares wrap as numpy's (and the CPU kernel's) do, computed in an unsigned type of 32 or 64 bits
@@ -70,6 +67,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ops.reduce import REDUCE_MODES, cumsum_dtype, normalize_axes, reduce_dtype
+from .block import BLOCK_PARTS
 from .elemwise import (
     _PRELUDE, _TYPES, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program,
 )
@@ -172,76 +170,10 @@ def _out_dtype(mode, d):
 
 # -- the block prelude ----------------------------------------------------------------------------
 
-_BLOCK_PRELUDE = r"""#ifndef MGE_BLOCK_PRELUDE
-#define MGE_BLOCK_PRELUDE
-/* Block-level kernels (reductions, scans, softmax), written as phases between barriers: see
-   kernels/reduce.py.  MGE_THREADS ... MGE_END_THREADS is one phase of every thread of the block,
-   MGE_SYNC a barrier; state that outlives a phase lives in shared memory. */
-#if defined(__CUDACC__)
-#define MGE_MEMBER static __device__ __forceinline__
-#define MGE_BLOCK_FN __device__
-#define MGE_GRID_X gridDim.x
-#define MGE_DIM_X blockDim.x
-#define MGE_DIM_Y blockDim.y
-#define MGE_GRID_BEGIN { const unsigned mge_bx = blockIdx.x, mge_by = blockIdx.y;
-#define MGE_GRID_END }
-#define MGE_THREADS { const unsigned tx = threadIdx.x, ty = threadIdx.y; \
-                      const unsigned tid = ty * blockDim.x + tx; (void)tid; (void)tx;
-#define MGE_END_THREADS }
-#define MGE_SYNC __syncthreads();
-#define MGE_SHARED_ARRAY(T, name, count) \
-    extern __shared__ __align__(16) unsigned char mge_smem[]; T* name = (T*)mge_smem;
-#define MGE_INF_F __int_as_float(0x7f800000)
-#define MGE_INF_D __longlong_as_double(0x7ff0000000000000LL)
-#define MGE_NAN_F __int_as_float(0x7fffffff)
-#define MGE_NAN_D __longlong_as_double(0x7fffffffffffffffLL)
-/* a value of lane + off of the warp (every lane of the warp calls it) */
-template <class T> MGE_FN T mge_shfl_down(T v, unsigned off) {
-    return (T)__shfl_down_sync(0xffffffffu, v, off);
-}
-#else
-/* The host: a launch is mge_host_launch(grid x, grid y, block x, block y, shared bytes), then the
-   kernel's call; the grid and each block's threads run one after another. */
-#include <string.h>
-#define MGE_MEMBER static inline
-#define MGE_BLOCK_FN static
-#define MGE_HOST_SMEM (96 * 1024)
-extern "C" {
-__attribute__((weak)) unsigned mge_host_dims[5];
-__attribute__((weak)) int mge_host_error;
-__attribute__((weak)) unsigned char mge_host_smem[MGE_HOST_SMEM] __attribute__((aligned(16)));
-__attribute__((weak)) void mge_host_launch(unsigned gx, unsigned gy, unsigned bx, unsigned by,
-                                           unsigned shared) {
-    mge_host_dims[0] = gx; mge_host_dims[1] = gy; mge_host_dims[2] = bx; mge_host_dims[3] = by;
-    mge_host_dims[4] = shared;
-    mge_host_error = shared > MGE_HOST_SMEM ? 2 : 0;
-    memset(mge_host_smem, 0xff, MGE_HOST_SMEM);
-}
-}
-#define MGE_GRID_X mge_host_dims[0]
-#define MGE_DIM_X mge_host_dims[2]
-#define MGE_DIM_Y mge_host_dims[3]
-#define MGE_GRID_BEGIN \
-    for (unsigned mge_by = 0; mge_by < mge_host_dims[1]; ++mge_by) \
-    for (unsigned mge_bx = 0; mge_bx < mge_host_dims[0]; ++mge_bx) {
-#define MGE_GRID_END }
-#define MGE_THREADS \
-    for (unsigned ty = 0; ty < mge_host_dims[3]; ++ty) \
-    for (unsigned tx = 0; tx < mge_host_dims[2]; ++tx) { \
-        const unsigned tid = ty * mge_host_dims[2] + tx; (void)tid;
-#define MGE_END_THREADS }
-#define MGE_SYNC
-/* more than the plan's dynamic shared memory: an error, and the kernel does nothing */
-#define MGE_SHARED_ARRAY(T, name, count) \
-    T* name = (T*)mge_host_smem; \
-    if ((unsigned long long)(count) * sizeof(T) > mge_host_dims[4] || mge_host_error) { \
-        mge_host_error = 1; return; }
-#define MGE_INF_F __builtin_huge_valf()
-#define MGE_INF_D __builtin_huge_val()
-#define MGE_NAN_F __builtin_nanf("")
-#define MGE_NAN_D __builtin_nan("")
-#endif
-
+# Reduce's block pieces (kernels/block.py holds the phase macros): the arg-extremum pair, the
+# block tree and the tile reduction and scan, shared with softmax.py.
+_REDUCE_BLOCK = r"""#ifndef MGE_REDUCE_BLOCK
+#define MGE_REDUCE_BLOCK
 /* an arg-extremum's accumulator: the value and its index along the axis */
 template <class V> struct mge_argpair { V v; int i; };
 #if defined(__CUDACC__)
@@ -257,12 +189,12 @@ template <class V> MGE_FN bool mge_isnan(V v) { return v != v; }
    the block calls it.  Shared-memory stages while the partner ty + s is in another warp, then
    warp shuffles of offset s * TX (on the host the same pairs, through shared memory). */
 template <class C, class A> MGE_BLOCK_FN void mge_block_tree(A* sh) {
-    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    const unsigned TX = blockDim.x, TY = blockDim.y;
     unsigned s = TY / 2;
     for (; s > 0 && s * TX >= 32; s >>= 1) {
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         if (ty < s) sh[tid] = C::comb(sh[tid], sh[tid + s * TX]);
-        MGE_END_THREADS
+        }
         MGE_SYNC
     }
 #if defined(__CUDACC__)
@@ -277,9 +209,9 @@ template <class C, class A> MGE_BLOCK_FN void mge_block_tree(A* sh) {
     }
 #else
     for (; s > 0; s >>= 1) {
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         if (ty < s) sh[tid] = C::comb(sh[tid], sh[tid + s * TX]);
-        MGE_END_THREADS
+        }
     }
 #endif
 }
@@ -291,14 +223,14 @@ template <class Op> MGE_BLOCK_FN void mge_reduce_tile(
         typename Op::out_t* out, const typename Op::in_t* in, long long outer, long long n,
         long long inner, long long chunk, long long count) {
     typedef typename Op::acc_t A;
-    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    const unsigned TX = blockDim.x, TY = blockDim.y;
     MGE_SHARED_ARRAY(A, sh, TX * TY)
     const long long m = outer * inner, tiles = (m + TX - 1) / TX;
-    MGE_GRID_BEGIN
-    const long long j0 = (long long)mge_by * chunk;
+    MGE_FOR_BLOCKS {
+    const long long j0 = (long long)blockIdx.y * chunk;
     const long long j1 = j0 + chunk < n ? j0 + chunk : n;
-    for (long long tile = mge_bx; tile < tiles; tile += MGE_GRID_X) {
-        MGE_THREADS
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        MGE_THREADS { MGE_THREAD_IDS
         const long long q = tile * TX + tx;
         A acc = Op::id();
         if (q < m) {
@@ -308,16 +240,16 @@ template <class Op> MGE_BLOCK_FN void mge_reduce_tile(
                 acc = Op::comb(acc, Op::load(p[j * inner], j));
         }
         sh[tid] = acc;
-        MGE_END_THREADS
+        }
         MGE_SYNC
         mge_block_tree<Op>(sh);
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         const long long q = tile * TX + tx;
-        if (ty == 0 && q < m) out[(long long)mge_by * m + q] = Op::store(sh[tx], count);
-        MGE_END_THREADS
+        if (ty == 0 && q < m) out[(long long)blockIdx.y * m + q] = Op::store(sh[tx], count);
+        }
         MGE_SYNC  /* the next tile writes sh again */
     }
-    MGE_GRID_END
+    }
 }
 
 /* The tile scan: column q of m runs through its chunk [blockIdx.y * chunk, +chunk) of n (from
@@ -328,23 +260,23 @@ template <class Op> MGE_BLOCK_FN void mge_scan_tile(
         long long inner, long long chunk, const typename Op::acc_t* carry_in, int exclusive,
         int reverse) {
     typedef typename Op::acc_t A;
-    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    const unsigned TX = blockDim.x, TY = blockDim.y;
     MGE_SHARED_ARRAY(A, sh, 2 * TX * TY + TX)
     A* const buf0 = sh;
     A* const buf1 = sh + TX * TY;
     A* const carry = sh + 2 * TX * TY;
     const long long m = outer * inner, tiles = (m + TX - 1) / TX;
-    MGE_GRID_BEGIN
-    const long long j0 = (long long)mge_by * chunk;
+    MGE_FOR_BLOCKS {
+    const long long j0 = (long long)blockIdx.y * chunk;
     const long long len = (j0 + chunk < n ? j0 + chunk : n) - j0;
-    for (long long tile = mge_bx; tile < tiles; tile += MGE_GRID_X) {
-        MGE_THREADS
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        MGE_THREADS { MGE_THREAD_IDS
         const long long q = tile * TX + tx;
-        if (ty == 0) carry[tx] = (carry_in && q < m) ? carry_in[(long long)mge_by * m + q] : (A)0;
-        MGE_END_THREADS
+        if (ty == 0) carry[tx] = (carry_in && q < m) ? carry_in[(long long)blockIdx.y * m + q] : (A)0;
+        }
         MGE_SYNC
         for (long long c = 0; c < len; c += TY) {
-            MGE_THREADS
+            MGE_THREADS { MGE_THREAD_IDS
             const long long q = tile * TX + tx, t = c + ty;
             A v = (A)0;
             if (q < m && t < len) {
@@ -353,20 +285,20 @@ template <class Op> MGE_BLOCK_FN void mge_scan_tile(
                 v = Op::load(in[o * n * inner + j * inner + i]);
             }
             buf0[tid] = v;
-            MGE_END_THREADS
+            }
             MGE_SYNC
             unsigned flip = 0;
             for (unsigned off = 1; off < TY; off <<= 1) {
-                MGE_THREADS
+                MGE_THREADS { MGE_THREAD_IDS
                 const A* src = flip ? buf1 : buf0;
                 A* dst = flip ? buf0 : buf1;
                 dst[tid] = ty >= off ? (A)(src[tid - off * TX] + src[tid]) : src[tid];
-                MGE_END_THREADS
+                }
                 MGE_SYNC
                 flip ^= 1u;
             }
             const A* scan = flip ? buf1 : buf0;
-            MGE_THREADS
+            MGE_THREADS { MGE_THREAD_IDS
             const long long q = tile * TX + tx, t = c + ty;
             if (q < m && t < len) {
                 const long long o = q / inner, i = q - o * inner;
@@ -375,18 +307,21 @@ template <class Op> MGE_BLOCK_FN void mge_scan_tile(
                 out[o * n * inner + j * inner + i] =
                     Op::store((A)(carry[tx] + (exclusive ? before : scan[tid])));
             }
-            MGE_END_THREADS
+            }
             MGE_SYNC
-            MGE_THREADS
+            MGE_THREADS { MGE_THREAD_IDS
             if (ty == 0) carry[tx] = (A)(carry[tx] + scan[(TY - 1) * TX + tx]);
-            MGE_END_THREADS
+            }
             MGE_SYNC
         }
     }
-    MGE_GRID_END
+    }
 }
-#endif /* MGE_BLOCK_PRELUDE */
+#endif /* MGE_REDUCE_BLOCK */
 """
+
+#: The parts every kernel of this module (and softmax.py) starts with.
+_BLOCK_PARTS = BLOCK_PARTS + (("MGE_REDUCE_BLOCK", _REDUCE_BLOCK),)
 
 
 # -- the per-kernel operation structs --------------------------------------------------------------
@@ -561,7 +496,7 @@ def _reduce_kernel(mode, d, stage, out=None):
               "long long inner", "long long chunk", "long long count")
     text = (f"MGE_KERNEL {name}({', '.join(params)})\n"
             f"{{\n    mge_reduce_tile<{op}>(out, in, outer, n, inner, chunk, count);\n}}\n")
-    parts = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+    parts = _BLOCK_PARTS + (
              (op, op_text), (name, text))
     return KernelSource(name, parts, params, True, 64, 1)
 
@@ -608,7 +543,7 @@ def _scan_kernel(d, raw):
     text = (f"MGE_KERNEL {name}({', '.join(params)})\n"
             f"{{\n    mge_scan_tile<{op}>(out, in, outer, n, inner, chunk, carry, exclusive, "
             f"reverse);\n}}\n")
-    parts = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+    parts = _BLOCK_PARTS + (
              (op, op_text), (name, text))
     return KernelSource(name, parts, params, True, 64, 1)
 
@@ -785,7 +720,7 @@ template <class V> MGE_BLOCK_FN void mge_bitonic(mge_argpair<V>* s, unsigned seg
                                                  bool by_index) {
     for (unsigned k = 2; k <= seg; k <<= 1) {
         for (unsigned j = k >> 1; j > 0; j >>= 1) {
-            MGE_THREADS
+            MGE_THREADS { MGE_THREAD_IDS
             const unsigned a = 2 * tid - (tid & (j - 1)), b = a + j;
             /* runs of k alternate in direction to make the bitonic runs of 2k; each segment's
                last merge (k == seg) is ascending */
@@ -796,7 +731,7 @@ template <class V> MGE_BLOCK_FN void mge_bitonic(mge_argpair<V>* s, unsigned seg
                 s[a] = s[b];
                 s[b] = t;
             }
-            MGE_END_THREADS
+            }
             MGE_SYNC
         }
     }
@@ -810,13 +745,13 @@ template <class Op> MGE_BLOCK_FN void mge_topk_tile(
         typename Op::out_t* values, int* indices, const typename Op::in_t* in, long long rows,
         int n, int k, int seg, int descending, int mode) {
     typedef mge_argpair<typename Op::acc_t> P;
-    const unsigned T = MGE_DIM_X, E = 2 * MGE_DIM_X, R = E / (unsigned)seg;
+    const unsigned T = blockDim.x, E = 2 * blockDim.x, R = E / (unsigned)seg;
     MGE_SHARED_ARRAY(P, s, E)
     const long long groups = (rows + R - 1) / R;
-    MGE_GRID_BEGIN
-    (void)mge_by;
-    for (long long g = mge_bx; g < groups; g += MGE_GRID_X) {
-        MGE_THREADS
+    MGE_FOR_BLOCKS {
+    (void)blockIdx.y;
+    for (long long g = blockIdx.x; g < groups; g += gridDim.x) {
+        MGE_THREADS { MGE_THREAD_IDS
         for (unsigned e = tid; e < E; e += T) {
             const long long r = g * R + e / seg;
             const int j = (int)(e % seg);
@@ -829,21 +764,21 @@ template <class Op> MGE_BLOCK_FN void mge_topk_tile(
             }
             s[e] = p;
         }
-        MGE_END_THREADS
+        }
         MGE_SYNC
         mge_bitonic(s, (unsigned)seg, n, false);
         if (mode == 2 && k < n) {  /* the chosen k, then sorted by their indices */
-            MGE_THREADS
+            MGE_THREADS { MGE_THREAD_IDS
             for (unsigned e = tid; e < E; e += T) {
                 const int j = (int)(e % seg);
                 const bool chosen = descending ? (j >= n - k && j < n) : j < k;
                 if (!chosen && s[e].i < n) s[e].i += 2 * seg;  /* after the padding */
             }
-            MGE_END_THREADS
+            }
             MGE_SYNC
             mge_bitonic(s, (unsigned)seg, n, true);
         }
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         for (unsigned e = tid; e < E; e += T) {
             const long long r = g * R + e / seg;
             const int t = (int)(e % seg);
@@ -872,10 +807,10 @@ template <class Op> MGE_BLOCK_FN void mge_topk_tile(
                 indices[r * k + t] = p.i;
             }
         }
-        MGE_END_THREADS
+        }
         MGE_SYNC
     }
-    MGE_GRID_END
+    }
 }
 #endif /* MGE_SORT_PRELUDE */
 """
@@ -904,7 +839,7 @@ def _topk_kernel(d):
     text = (f"MGE_KERNEL {name}({', '.join(params)})\n"
             f"{{\n    mge_topk_tile<{op}>(values, indices, in, rows, n, k, seg, descending, "
             f"mode);\n}}\n")
-    parts = (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+    parts = _BLOCK_PARTS + (
              ("MGE_SORT_PRELUDE", _SORT_PRELUDE), (op, op_text), (name, text))
     return KernelSource(name, parts, params, True, 64, 1)
 

@@ -36,22 +36,10 @@ formula, the last element exactly ``stop``), ``Eye`` (one and zero as bits).
 
 **Host build.**  The same text compiles as host C++ (``hostbuild.py``).  Grid-stride kernels use
 elemwise.py's ``MGE_LOOP``, a serial loop there.  Kernels that use blocks, threads and barriers
-(the transpose here, the scans of ``indexing.py``) are written in *phases*::
-
-    MGE_FOR_BLOCKS {                  /* host: loops over gridDim (z, y, x); CUDA: nothing */
-        MGE_SHARED T tile[32][33];    /* host: static; CUDA: __shared__ */
-        MGE_THREADS { ...load... }    /* host: loops over blockDim (z, y, x); CUDA: a block */
-        MGE_SYNC                      /* CUDA: __syncthreads(); host: the loop's end */
-        MGE_THREADS { ...store... }
-    }
-
-so the host runs every thread of a block through one phase before any starts the next: exactly
-the ordering a barrier guarantees.  The rules that make the two agree: a value that crosses a
-barrier lives in shared memory (registers do not survive a host phase), loops that contain a
-barrier are uniform over the block and sit outside ``MGE_THREADS``, and a phase body never
-``return``s or ``continue``s (guards are ``if``).  ``gridDim`` and ``blockDim`` are, on the host,
-the weak globals ``mge_host_grid`` and ``mge_host_block`` (three ``unsigned`` each) that the
-runner sets from a ``Launch`` before calling the kernel -- the plan's own grid and block.
+(the transpose here, the scans of ``indexing.py``) are written in phases with ``block.py``'s
+macros (``MGE_FOR_BLOCKS``, ``MGE_SHARED``, ``MGE_THREADS``, ``MGE_SYNC``), the one block prelude
+of every family; the runner gives them the plan's own grid and block through
+``mge_host_launch`` before the call.
 
 **Launches.**  A plan returns ``Launch`` records: the kernel, ``grid`` and ``block`` (3-tuples),
 and ``args`` in the kernel's parameter order -- ``Ptr(buffer, offset)`` for a pointer (the device
@@ -66,12 +54,13 @@ from dataclasses import dataclass
 import numpy as np
 
 from ....ops.creation import arange_length
+from .block import BLOCK_PARTS
 from .elemwise import (
     _PRELUDE, MAX_NDIM, _F64, _dtypes, _error, _code, _storage, _store, KernelSource,
     SUPPORTED_DTYPES, index_bits_for, pack_layout, simplify_layout,
 )
 
-__all__ = ["Ptr", "Launch", "BLOCK_PRELUDE", "NVRTC_OPTIONS", "DIFFERENCES", "ELEMENT_SIZES",
+__all__ = ["Ptr", "Launch", "NVRTC_OPTIONS", "DIFFERENCES", "ELEMENT_SIZES",
            "copy_kernel", "transpose_kernel", "fill_kernel", "arange_kernel", "linspace_kernel",
            "eye_kernel", "copy_launch", "copy_launches", "fill_launch", "arange_launch",
            "linspace_launch", "eye_launch", "dimshuffle_plan", "broadcast_plan", "subtensor_plan",
@@ -96,39 +85,6 @@ MAX_GRID = 8192
 _TILE, _TILE_ROWS = 32, 8  # the transpose's tile and its block's rows
 
 _UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-
-#: The block/thread emulation (see the module): used by kernels with barriers or shared memory.
-BLOCK_PRELUDE = r"""#ifndef MGE_BLOCK_PRELUDE
-#define MGE_BLOCK_PRELUDE
-#if defined(__CUDACC__)
-#define MGE_FOR_BLOCKS
-#define MGE_THREADS
-#define MGE_SYNC __syncthreads();
-#define MGE_SHARED __shared__
-#else
-struct mge_dim3 { unsigned x, y, z; };
-/* weak: one launch configuration shared by every unit of a host build, set by the runner */
-extern "C" {
-__attribute__((weak)) mge_dim3 mge_host_grid = {1, 1, 1};
-__attribute__((weak)) mge_dim3 mge_host_block = {1, 1, 1};
-}
-static mge_dim3 blockIdx, threadIdx;
-#define gridDim mge_host_grid
-#define blockDim mge_host_block
-#define MGE_FOR_BLOCKS \
-    for (blockIdx.z = 0; blockIdx.z < gridDim.z; ++blockIdx.z) \
-    for (blockIdx.y = 0; blockIdx.y < gridDim.y; ++blockIdx.y) \
-    for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x)
-#define MGE_THREADS \
-    for (threadIdx.z = 0; threadIdx.z < blockDim.z; ++threadIdx.z) \
-    for (threadIdx.y = 0; threadIdx.y < blockDim.y; ++threadIdx.y) \
-    for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x)
-#define MGE_SYNC
-#define MGE_SHARED static
-#endif
-#endif /* MGE_BLOCK_PRELUDE */
-"""
-
 
 # -- launches -------------------------------------------------------------------------------------
 
@@ -159,9 +115,7 @@ def grid_for(n, threads=THREADS):
 
 
 def _source(name, text, params, contiguous=True, index_bits=64, nin=1, block=False):
-    parts = [("MGE_ELEMWISE_PRELUDE", _PRELUDE)]
-    if block:
-        parts.append(("MGE_BLOCK_PRELUDE", BLOCK_PRELUDE))
+    parts = list(BLOCK_PARTS if block else BLOCK_PARTS[:1])
     parts.append((name, text))
     return KernelSource(name, tuple(parts), tuple(params), contiguous, index_bits, nin)
 

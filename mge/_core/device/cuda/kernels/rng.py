@@ -28,7 +28,7 @@ underflow to 0/0.  Dropout's mask is ``u >= drop_prob`` of the
 float32 uniform of element ``i`` (the very value ``UniformRNG`` gives with that seed and stream).
 
 **Launches.**  Each kernel is a grid-stride loop over groups (``MGE_GRID_LOOP`` of
-``norm.BLOCK_PRELUDE``: on the host it walks the emulated blocks and threads, so the tests run
+``block.py``'s prelude: on the host it walks the emulated blocks and threads, so the tests run
 the same kernel under different grids and blocks); a thread writes its group's consecutive
 elements.  ``uniform_plan``, ``gaussian_plan``, ``gamma_plan``, ``beta_plan``, ``dropout_plan``,
 ``dropout_backward_plan`` return ``norm.LaunchPlan``s.  Gamma and Beta check their parameters in

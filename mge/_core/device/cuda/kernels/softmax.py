@@ -30,7 +30,7 @@ import numpy as np
 
 from .elemwise import _PRELUDE, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
 from .reduce import (
-    _BLOCK_PRELUDE, Launch, Plan, _tile_launch, reduce_view, total_kernel,
+    _BLOCK_PARTS, Launch, Plan, _tile_launch, reduce_view, total_kernel,
 )
 
 __all__ = ["softmax_kernel", "cross_entropy_kernel", "cross_entropy_backward_kernel",
@@ -78,15 +78,15 @@ template <class Op, int KIND> MGE_BLOCK_FN void mge_softmax_tile(
         const typename Op::dy_t* dy, long long outer, long long n, long long inner,
         long long dy_step, long long mean_count, int* status) {
     typedef typename Op::acc_t A;
-    const unsigned TX = MGE_DIM_X, TY = MGE_DIM_Y;
+    const unsigned TX = blockDim.x, TY = blockDim.y;
     MGE_SHARED_ARRAY(A, sh, TX * TY + 2 * TX)
     A* const rmax = sh + TX * TY;  /* the column's max */
     A* const rsum = rmax + TX;     /* its sum of exp(x - max), or that sum's log */
     const long long m = outer * inner, tiles = (m + TX - 1) / TX;
-    MGE_GRID_BEGIN
-    (void)mge_by;
-    for (long long tile = mge_bx; tile < tiles; tile += MGE_GRID_X) {
-        MGE_THREADS
+    MGE_FOR_BLOCKS {
+    (void)blockIdx.y;
+    for (long long tile = blockIdx.x; tile < tiles; tile += gridDim.x) {
+        MGE_THREADS { MGE_THREAD_IDS
         const long long q = tile * TX + tx;
         A acc = -Op::inf();
         if (q < m) {
@@ -96,14 +96,14 @@ template <class Op, int KIND> MGE_BLOCK_FN void mge_softmax_tile(
                 acc = mge_max_nan_op<A>::comb(acc, Op::load(p[j * inner]));
         }
         sh[tid] = acc;
-        MGE_END_THREADS
+        }
         MGE_SYNC
         mge_block_tree<mge_max_nan_op<A> >(sh);
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         if (ty == 0) rmax[tx] = sh[tx];
-        MGE_END_THREADS
+        }
         MGE_SYNC
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         const long long q = tile * TX + tx;
         A acc = (A)0;
         if (q < m) {
@@ -113,14 +113,14 @@ template <class Op, int KIND> MGE_BLOCK_FN void mge_softmax_tile(
                 acc += mge_exp(Op::load(p[j * inner]) - rmax[tx]);
         }
         sh[tid] = acc;
-        MGE_END_THREADS
+        }
         MGE_SYNC
         mge_block_tree<mge_sum_op<A> >(sh);
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         if (ty == 0) rsum[tx] = KIND == 0 ? sh[tx] : mge_log(sh[tx]);
-        MGE_END_THREADS
+        }
         MGE_SYNC
-        MGE_THREADS
+        MGE_THREADS { MGE_THREAD_IDS
         const long long q = tile * TX + tx;
         if (q < m) {
             const long long o = q / inner, i = q - o * inner;
@@ -163,10 +163,10 @@ template <class Op, int KIND> MGE_BLOCK_FN void mge_softmax_tile(
                 }
             }
         }
-        MGE_END_THREADS
+        }
         MGE_SYNC  /* the next tile writes sh again */
     }
-    MGE_GRID_END
+    }
 }
 #endif /* MGE_SOFTMAX_PRELUDE */
 """
@@ -227,7 +227,7 @@ def _op_struct(name, x, out_storage, out_is_acc, label=None, dy=None):
 
 
 def _parts(op, op_text, name, text):
-    return (("MGE_ELEMWISE_PRELUDE", _PRELUDE), ("MGE_BLOCK_PRELUDE", _BLOCK_PRELUDE),
+    return _BLOCK_PARTS + (
             ("MGE_SOFTMAX_PRELUDE", _SOFTMAX_PRELUDE), (op, op_text), (name, text))
 
 
