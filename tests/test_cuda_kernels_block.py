@@ -140,3 +140,40 @@ def test_block_kernels_of_two_families_run_in_one_host_library(host):
     fn(out.ctypes.data, x.ctypes.data, *r.args[2:])
     assert error.value == 0
     np.testing.assert_array_equal(out, x.max(axis=1))
+
+
+def test_the_plan_runner_follows_launches_gemms_memsets_checks_and_readbacks(host):
+    # tests/cuda_plans.py, the kernel tests' one host runner, on a plan of every kind of step
+    from cuda_plans import run_plan
+    from mge._core.device.cuda.kernels import launch as lk
+
+    rng = np.random.default_rng(11)
+    x = rng.standard_normal((40, 50)).astype(F32)
+    ws = lk.Workspace()
+    flag, tmp = ws.add(4), ws.add(x.nbytes)
+    t = rl.copy_launch((50, 40), (1, 50), (40, 1), 4, src=lk.Buf("in0"), dst=tmp)
+    transpose = lk.Launch(t.kernel, t.grid, t.block, t.args)
+    # out0 = x^T (50 x 40, row-major) @ x (40 x 50): column-major, C^T = x^T^T ... = x^T @ x
+    # is symmetric, so C = A(50 x 40 col-major = x) times B (x^T as 40 x 50 col-major = tmp)
+    gemm = lk.Gemm(False, False, 50, 50, 40, lk.Buf("in0"), 50, 0, tmp, 40, 0, lk.Buf("out0"),
+                   50, 0, 1, F32, F32, F32, F32)
+    zero = lk.Memset(lk.Buf("out1"), 8)
+    plan = lk.Plan((transpose, gemm, zero), ws.size,
+                   (lk.Check(flag, lambda v: ValueError(f"bad {v}")),))
+    got, z = run_plan(plan, [x], [lk.Layout((50, 50), F32), lk.Layout((2,), F32)])
+    np.testing.assert_allclose(got, x.T @ x, rtol=1e-5, atol=1e-5)
+    assert (z == 0).all()
+    # a kernel that sets a check's word: fill_kernel(4) writing 7 at the flag
+    fill = rl.fill_launch((1,), 7, np.dtype("int32"), dst=flag)
+    bad = lk.Plan((lk.Launch(fill.kernel, fill.grid, fill.block, fill.args),), ws.size,
+                  (lk.Check(flag, lambda v: ValueError(f"bad {v}")),))
+    with pytest.raises(ValueError, match="bad 7"):
+        run_plan(bad, [x], [lk.Layout((1,), F32)])
+    # a readback continues with the plan its value chooses
+    seen = []
+    then = lk.Plan((lk.Memset(lk.Buf("out0"), 4, 0),))
+    back = lk.Plan((lk.Launch(fill.kernel, fill.grid, fill.block, fill.args),), ws.size,
+                   readback=lk.Readback(flag, np.dtype("int32"),
+                                        lambda v: seen.append(v) or then))
+    (out,) = run_plan(back, [x], [lk.Layout((1,), F32)])
+    assert seen == [7] and out[0] == 0
