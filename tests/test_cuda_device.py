@@ -741,3 +741,27 @@ def test_dtr_on_the_cuda_device_evicts_under_its_budget_and_recomputes_bit_ident
         mge.dtr.eviction_threshold = 0
         mge.dtr.evictee_minimum_size = "1MB"
         mge.dtr.reset_stats()
+
+
+def test_dtr_evicts_when_the_pool_runs_out_without_a_budget(cuda, fresh):
+    # Without a budget (eviction_threshold 0) DTR evicts when an allocation fails, as MegEngine
+    # does: the pool's out-of-memory callback evicts the best candidate and the pool tries
+    # again.  40 tensors of 256 KiB do not fit the 8 MiB pool together.
+    name, n = "cudamem0", 64 * 1024
+    x = rng(4).standard_normal(n).astype("float32")
+    want = [y.numpy() for y in _tanh_chain(DEV, x, steps=40)]  # (the big device: room for all)
+    assert 41 * 4 * n > fresh.backend.mem_info()[0]  # (the chain does not fit the pool)
+    try:
+        mge.dtr.evictee_minimum_size = 1024
+        mge.dtr.eviction_threshold = 0
+        mge.dtr.enable()
+        mge.dtr.reset_stats()
+        ys = _tanh_chain(name, x, steps=40)
+        mge._full_sync()
+        assert mge.dtr.stats()["evictions"] > 5
+        for y, w in zip(reversed(ys), reversed(want)):
+            np.testing.assert_array_equal(y.numpy(), w)
+    finally:
+        mge.dtr.disable()
+        mge.dtr.evictee_minimum_size = "1MB"
+        mge.dtr.reset_stats()

@@ -11,6 +11,7 @@ import numpy as np
 from . import _accel
 from .channel import get_channel
 from .device import as_device
+from .device.registry import on_kind_replaced
 from .dtype import promote_args, scalar_dtype
 from .ops.assign import Assign
 from .ops.misc import Identity
@@ -24,6 +25,7 @@ __all__ = ["apply", "apply_tuple", "set_top_hook", "stack", "set_tensor_type", "
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
 _consts = {}  # (type, value, dtype, device) -> Tensor: Python scalars become cached consts
+on_kind_replaced(lambda kind: _consts.clear())  # (a kind registered again: new devices)
 _scalar_dtypes = {}  # (tensor dtype, number type) -> scalar_dtype's answer (found once)
 _NUMBERS = (float, int, bool)
 

@@ -114,6 +114,7 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self.cpu = as_device("cpu0").impl  # the host: tiny values are computed there
         self.dtr = DynamicSublinear()  # DTR's policy and statistics (worker-side state)
         self.dtr_entries = self.dtr.entries  # (the same dict for good) empty: no DTR state to keep
+        self._dtr_watched = set()  # devices whose out-of-memory callback evicts (dtr_mechanism)
         self._threads = threading.local()  # per calling thread: its scopes
         # A replaying trace (mge.jit) answers ops with placeholders whose handles are virtual
         # (``deleted``); reading one, or an eager op on one, asks it for the real handle.

@@ -36,6 +36,43 @@ def _set_profiler(rec):
 class DtrMechanism:
     """Record, evict, free under DTR (a base of ``Channel``)."""
 
+    def _dtr_watch(self, device):
+        # A device whose allocator can run out before the budget says so (a memory pool: the
+        # CUDA device) asks DTR to evict when it does, budget or not: MegEngine forces an
+        # eviction on an allocation failure, then allocates again.  Once per device (object: a
+        # kind registered again has new devices of the old names).
+        impl = device.impl
+        watched = self._dtr_watched
+        if impl in watched:
+            return
+        watched.add(impl)
+        add = getattr(impl, "add_oom_callback", None)
+        if add is not None:
+            add(lambda nbytes: self._dtr_evict_for_oom(device))
+
+    def _dtr_evict_for_oom(self, device):
+        # the pool's out-of-memory callback: evict the best candidate of ``device`` now; whether
+        # one was (the pool then tries again, and calls back while this frees something)
+        dtr = self.dtr
+        if not self.dtr_mode or dtr.device != device:
+            return False
+        memory = self.memory
+        skipped = []
+        try:
+            while True:
+                e = dtr.find_best(self.worker_options["enable_dtr_sqrt_sampling"])
+                if e is None:
+                    return False
+                if memory.holders(e.info.device, e.info.value) > 1:
+                    e.pinned += 1  # (a view holds its buffer: evicting it frees nothing)
+                    skipped.append(e)
+                    continue
+                self._evict(e, True)
+                return True
+        finally:
+            for e in skipped:
+                e.pinned -= 1
+
     def _dtr_record(self, op, inputs, outputs, cost, minimum):
         # The seed's ComputePath::make under DTR: not across devices, not when an output shares
         # an input's storage (a view, or an input returned as is: evicting it frees nothing and it

@@ -139,6 +139,8 @@ class Executor:
                     self._regenerate(info)
             if dtr_mode:
                 self.dtr.touch(inputs)
+                if inputs:
+                    self._dtr_watch(cython.cast(TensorInfo, inputs[0]).device)
                 if opts["dtr_eviction_threshold"] > 0:
                     self._auto_evict()
             values = []

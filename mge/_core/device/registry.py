@@ -7,7 +7,7 @@ import os
 import re
 
 __all__ = ["CompNode", "DeviceKind", "as_device", "get_default_device", "set_default_device",
-           "register_device_kind", "DEVICE_KINDS"]
+           "register_device_kind", "on_kind_replaced", "DEVICE_KINDS"]
 
 _NAME = re.compile(r"^([a-z]+?)(x|\d+)(?::(\d+))?$")
 _ALIASES = {"xpu": None, "gpu": "cuda"}  # name prefix -> kind (None: the best there is)
@@ -47,9 +47,23 @@ def register_device_kind(kind, factory, available=None, physical=None):
     if not re.match(r"^[a-z]+$", kind) or kind in ("xpu", "gpu"):
         raise ValueError(f"register_device_kind: invalid kind {kind!r} (lower-case letters; not "
                          "xpu or gpu)")
+    replaced = kind in DEVICE_KINDS
     DEVICE_KINDS[kind] = DeviceKind(kind, factory, available, physical)
     for name in [n for n, node in _cache.items() if n is None or node.kind == kind]:
         del _cache[name]
+    if replaced:
+        for fn in list(_on_replaced):
+            fn(kind)
+
+
+_on_replaced = []
+
+
+def on_kind_replaced(fn):
+    """Call ``fn(kind)`` whenever a kind is registered again: its new devices have the old names
+    (``CompNode`` equality is by name), so what is cached per device -- ``apply``'s constants for
+    Python numbers -- must not outlive the old ones."""
+    _on_replaced.append(fn)
 
 class CompNode:
     """A device.  Compares equal to another with the same physical device.
