@@ -173,7 +173,10 @@ class Check:
     """A word the kernels set on bad input: ``flag`` (``dtype`` int32 or int64, in the workspace),
     zeroed by the device before the steps.  Non-zero afterwards: the device raises
     ``error(value)`` -- an exception (the CPU device's, with its message), given the word's
-    value (kernels that know more, e.g. which element was bad, encode it there)."""
+    value (kernels that know more, e.g. which element was bad, encode it there).  An ``error``
+    that takes two parameters is called ``error(value, read)``, with ``read(buf, dtype, count)``
+    giving ``count`` elements at ``buf`` as a numpy array (the bad index itself, for the
+    message), so the rare error path may read the device's memory."""
 
     flag: Buf
     error: object
