@@ -36,13 +36,17 @@ _libraries = {}
 _structs = {}
 
 
-def library(kernels):
-    """The host library of ``kernels`` (built once per process for a set of kernel texts)."""
-    kernels = list(kernels)
-    key = tuple(sorted((k.name, hash(k.parts)) for k in kernels))
-    lib = _libraries.get(key)
+def library(kernels, jobs=1):
+    """The host library of ``kernels`` (built once per process for a set of kernel texts, in
+    ``jobs`` translation units side by side).  A library built before for more kernels serves
+    too: a test module may build every kernel of its plans once, up front, and each plan then
+    runs in that one library instead of a g++ build of its own."""
+    kernels = list(dict.fromkeys(kernels))
+    key = frozenset((k.name, hash(k.parts)) for k in kernels)
+    lib = _libraries.get(key) or next((v for have, v in _libraries.items() if key <= have), None)
     if lib is None:
-        lib = hostbuild.build([program(kernels)], tempfile.mkdtemp(prefix="mge_plans_"), jobs=1)
+        units = [program(kernels[j::jobs]) for j in range(max(1, min(jobs, len(kernels))))]
+        lib = hostbuild.build(units, tempfile.mkdtemp(prefix="mge_plans_"), jobs=len(units))
         _libraries[key] = lib
     return lib
 
