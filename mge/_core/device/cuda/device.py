@@ -25,7 +25,10 @@ every earlier use of the memory) and ``to_host`` waits only for the copy it make
 base classes); an op without a launcher raises ``NotImplementedError`` naming the op and the
 device, which the channel reports as that op's error while everything else keeps working.  A
 launcher that does not take views gets its inputs made dense first (``contiguous``, one relayout
-kernel each).  The outputs are checked against the op's declared dtypes and shapes.
+kernel each).  The outputs are checked against the op's declared dtypes and shapes.  The ops of
+the kernel families (reductions, softmax, indexing, norms, conv, ...) run as *launch plans*
+(``kernels/launch.py``), through one executor, ``launch/plans.py``'s ``run_plan``; its kernels
+come from ``load_kernels`` (every kernel of a plan in one backend ``load``, cached).
 
 **In place.**  When an op frees an input (``reuse``) whose buffer nothing else can see -- no
 other tensor, no view: counted by references, as the CPU device does -- a launcher registered
@@ -358,6 +361,28 @@ class CudaDevice(Device):
                 if mod is None:
                     mod = self._modules[key] = self.backend.load([kernel])
         return mod
+
+    def load_kernels(self, kernels):
+        """``{kernel name: module}`` for ``kernels``: those not loaded yet go to the backend in
+        one ``load`` (one NVRTC program; on the host one g++ build), then each is cached as
+        ``module`` caches it."""
+        out, missing = {}, []
+        for k in kernels:
+            mod = self._modules.get((k.name, k.source))
+            if mod is None:
+                missing.append(k)
+            else:
+                out[k.name] = mod
+        if missing:
+            with self._modules_lock:
+                todo = [k for k in missing if (k.name, k.source) not in self._modules]
+                if todo:
+                    mod = self.backend.load(todo)
+                    for k in todo:
+                        self._modules[(k.name, k.source)] = mod
+                for k in missing:
+                    out[k.name] = self._modules[(k.name, k.source)]
+        return out
 
     def launch(self, kernel, grid, block, args, shared_bytes=0):
         """Launch ``kernel`` (a ``KernelSource``) on ``grid`` x ``block`` with ``args``."""

@@ -23,7 +23,10 @@ grid, block, args, shared_bytes)``, ``device.backend`` (copies, memset, ``gemm``
 ``device.workspace(nbytes)`` (scratch memory freed when the returned buffer goes).
 
 Every module of this package is imported when the table is first needed (``load_all``), so a
-family's launchers are one new file here and nothing else.
+family's launchers are one new file here and nothing else.  Then ``plans.register_families``
+gives every op of every kernel family's ``PLANS`` table (``cuda/kernels/*.py``, in
+``kernels/launch.py``'s plan format) a launcher that runs its plan, unless a module here
+registered one for it: a family that states its ops as plans needs no file here at all.
 """
 import importlib
 import pkgutil
@@ -81,4 +84,6 @@ def load_all():
         if not _loaded:
             for info in sorted(pkgutil.iter_modules(__path__), key=lambda m: m.name):
                 importlib.import_module(f"{__name__}.{info.name}")
+            # after every explicit launcher: those win over the plan launchers
+            importlib.import_module(f"{__name__}.plans").register_families()
             _loaded = True
