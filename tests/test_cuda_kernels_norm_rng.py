@@ -1,28 +1,35 @@
 """The CUDA device's norm, RNG, dropout and optimizer kernels, checked without a GPU.
 
-``mge/_core/device/cuda/kernels/{norm,rng,optimizer}.py`` write CUDA C and launch plans.  Here:
+``mge/_core/device/cuda/kernels/{norm,rng,optimizer}.py`` write CUDA C and ``launch.py`` plans,
+one per op class in each module's ``PLANS``.  Here:
 
 * every kernel of every dtype signature (and optimizer variant) compiles with NVRTC for
   ``compute_90`` and an older architecture (one program per module, ``-Ofc=max``), and ptxas
   assembles a representative program (compiled with the kernels' own flags) for ``sm_90``;
-* the same sources, built with g++ (``hostbuild``), run the plans exactly -- the plans' grids
-  and blocks, emulated on the host -- on numpy arrays: norms against the CPU kernels (inference
-  BatchNorm bit for bit, the reductions within a stated tolerance of float64 references), the
-  optimizer updates bit for bit against the CPU kernels, in place too;
+* each op's plan, from its module's ``PLANS`` on the inputs' layouts and the outputs its rule
+  gives, runs on the host build through ``tests/cuda_plans.run_plan`` -- the plans' very grids,
+  blocks and workspaces, emulated on the host -- and is compared with the CPU kernel of
+  ``KERNELS``: norms (inference BatchNorm bit for bit, the reductions within a stated tolerance of
+  float64 references), the optimizer updates bit for bit, in place too (outputs bound to the
+  input buffers ``INPLACE`` names);
 * RNG: Philox4x32-10 against Random123's known answers and a pure-Python Philox; values
   independent of the grid/block split; distribution sanity with a fixed seed; dropout's mask
-  and scaling;
-* bad input: unsupported dtypes, unknown modes, bad axes, wrong input counts, bad parameters.
+  and scaling; GammaRNG's and BetaRNG's ``Check``s raise the CPU kernel's very errors;
+* bad input: unsupported dtypes, unknown modes, bad axes, wrong input counts and outputs, bad
+  parameters, seeds and streams.
 
-Without NVRTC, ptxas or g++ the tests that need them are skipped with the reason, except under
-``CI`` (which installs them), where that is a failure.
+Every plan's kernels are built once, in one host library (``cuda_plans.library``, two
+translation units side by side), which ``run_plan`` then reuses.  Without NVRTC, ptxas or g++ the
+tests that need them are skipped with the reason, except under ``CI`` (which installs them),
+where that is a failure.
 """
-import ctypes
+import dataclasses
 import os
 import re
 
 import numpy as np
 import pytest
+from cuda_plans import library, run_plan
 
 from mge._core.device.cpu import KERNELS
 from mge._core.device.cuda import hostbuild, nvrtc
@@ -30,6 +37,7 @@ from mge._core.device.cuda.kernels import norm as nk
 from mge._core.device.cuda.kernels import optimizer as ok
 from mge._core.device.cuda.kernels import rng as rk
 from mge._core.device.cuda.kernels.elemwise import program
+from mge._core.device.cuda.kernels.launch import Buf, Launch, Layout, Plan
 from mge._core.ops.base import INFER, TensorDesc
 from mge._core.ops.nn import Dropout, DropoutBackward
 from mge._core.ops.nn_norm import BatchNorm, BatchNormBackward, LayerNorm, LayerNormBackward
@@ -87,12 +95,29 @@ def _norm_cases():
     return cases
 
 
-_NORM_PLANS = {BatchNorm: nk.batch_norm_plan, BatchNormBackward: nk.batch_norm_backward_plan,
-               LayerNorm: nk.layer_norm_plan, LayerNormBackward: nk.layer_norm_backward_plan}
+def _layouts(arrays):
+    """The ``Layout``s of dense numpy inputs."""
+    return [Layout(a.shape, a.dtype) for a in arrays]
+
+
+def _out_layouts(op, ins):
+    """The outputs' ``Layout``s, as the op's rule gives them (what the device passes a plan)."""
+    descs = INFER[type(op)](op, [TensorDesc(a.shape, a.dtype) for a in ins])
+    return [Layout(d.shape, d.dtype) for d in descs]
+
+
+def _plan(module, op, ins, **kw):
+    """``module.PLANS[type(op)]``'s plan of ``op`` on the arrays ``ins``."""
+    return module.PLANS[type(op)](op, _layouts(ins), _out_layouts(op, ins), **kw)
+
+
+def _run(module, op, ins, **kw):
+    """The op's plan run on the host: its outputs."""
+    return run_plan(_plan(module, op, ins, **kw), ins, _out_layouts(op, ins))
 
 
 def _norm_plan(op, ins):
-    return _NORM_PLANS[type(op)](op, [a.shape for a in ins], [a.dtype for a in ins])
+    return _plan(nk, op, ins)
 
 
 def _update_ops():
@@ -141,7 +166,7 @@ def _update_cases():
 
 
 def _update_plan(op, ins):
-    return ok.update_plan(op, [a.shape for a in ins], [a.dtype for a in ins])
+    return _plan(ok, op, ins)
 
 
 NORM_CASES = _norm_cases()
@@ -242,66 +267,43 @@ def test_nvrtc_reports_a_broken_program(nvrtc_ready):
         nvrtc.compile_ptx(broken, "broken.cu", "compute_90", _fast_options())
 
 
-# -- the host build and the plan runner -----------------------------------------------------------
-
-_CTYPES = {np.dtype("int64"): ctypes.c_longlong, np.dtype("uint64"): ctypes.c_ulonglong,
-           np.dtype("float64"): ctypes.c_double, np.dtype("float32"): ctypes.c_float,
-           np.dtype("int32"): ctypes.c_int, np.dtype("uint32"): ctypes.c_uint}
-
-
-class Host:
-    """The host build: ``run(plan, inputs, outputs)`` follows a ``LaunchPlan`` exactly, each
-    launch with its grid and block (block.py's ``mge_host_launch``) unless overridden."""
-
-    def __init__(self, lib):
-        self.lib = lib
-        self._set = lib.lib.mge_host_launch
-        self._set.argtypes, self._set.restype = [ctypes.c_uint] * 7, None
-
-    def run(self, plan, ins, outs, grid=None, block=None):
-        ws = np.zeros(max(plan.workspace, 8), np.uint8)
-        for launch in plan.launches:
-            types, values = [], []
-            for a in launch.args:
-                if isinstance(a, nk.Buffer):
-                    if a.role == "ws":
-                        assert a.index % 8 == 0 and a.index < plan.workspace
-                        address = ws.ctypes.data + a.index
-                    else:
-                        address = (ins if a.role == "in" else outs)[a.index].ctypes.data
-                    types.append(ctypes.c_void_p)
-                    values.append(address)
-                else:
-                    types.append(_CTYPES[a.dtype])
-                    values.append(a.item())
-            assert len(types) == len(launch.kernel.params)
-            self._set(grid or launch.grid, 1, 1, block or launch.block, 1, 1, 0)
-            self.lib.function(launch.kernel.name, types)(*values)
-        for check in getattr(plan, "checks", ()):
-            flag = int(ws[check.flag.index:check.flag.index + 4].view(np.int32)[0])
-            if flag:
-                raise check.error(check.message)
-        return outs
-
-
-def _alloc(op, ins):
-    """The op's outputs, filled with NaN (every element must be written)."""
-    descs = INFER[type(op)](op, [TensorDesc(a.shape, a.dtype) for a in ins])
-    return [np.full(d.shape, np.nan if d.dtype.kind == "f" else 1, d.dtype) for d in descs]
-
+# -- the host build ------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    """One host build of every kernel the semantics tests run, one translation unit per core."""
+def host():
+    """One host library of every kernel the plans here launch (two translation units side by
+    side); ``run_plan`` finds each plan's kernels in it instead of building them again."""
     why = hostbuild.why_unavailable()
     if why:
         _missing(why)
     if not hostbuild.have_float16():
         _missing("the host build of the float16 kernels needs g++ 12 or later (_Float16)")
     kernels = list(dict.fromkeys(k for f in GROUPS.values() for k in f()))
-    units = [program(kernels[k::WORKERS]) for k in range(WORKERS)]
-    lib = hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_norm_rng")), jobs=WORKERS)
-    return Host(lib)
+    return library(kernels, jobs=WORKERS)
+
+
+def test_plans_cover_every_op_of_the_family_and_say_what_they_read():
+    assert set(nk.PLANS) == {BatchNorm, BatchNormBackward, LayerNorm, LayerNormBackward}
+    assert set(rk.PLANS) == {UniformRNG, GaussianRNG, GammaRNG, BetaRNG, Dropout,
+                             DropoutBackward}
+    assert set(ok.PLANS) == set(ok.OPTIMIZER_OPS) == set(ok.INPLACE)
+    for module in (nk, rk, ok):
+        assert isinstance(module.STRIDED, frozenset) and module.STRIDED <= set(module.PLANS)
+    # the plans' steps are launch.py's, and the cases cover every op class
+    covered = {type(op) for op, _ in NORM_CASES + UPDATE_CASES}
+    assert covered == set(nk.PLANS) | set(ok.PLANS)
+    for op, ins in NORM_CASES + UPDATE_CASES:
+        plan = _plan(nk if type(op) in nk.PLANS else ok, op, ins)
+        assert isinstance(plan, Plan) and all(isinstance(s, Launch) for s in plan.steps)
+
+
+def test_inplace_pairs_are_outputs_over_the_inputs_they_replace():
+    for op, ins in UPDATE_CASES:
+        outs = _out_layouts(op, ins)
+        pairs = [(j, k) for j, k in ok.INPLACE[type(op)] if j < len(outs)]
+        assert [j for j, _ in pairs] == list(range(len(outs))), op  # every output has its input
+        for j, k in pairs:
+            assert (outs[j].shape, outs[j].dtype) == (ins[k].shape, ins[k].dtype), (op, j, k)
 
 
 # -- norms ----------------------------------------------------------------------------------------
@@ -323,8 +325,7 @@ def _tolerance(dtype, size):
 @pytest.mark.parametrize("case", range(len(NORM_CASES)))
 def test_norm_kernels_compute_what_the_cpu_kernels_compute(host, case):
     op, ins = NORM_CASES[case]
-    plan = _norm_plan(op, ins)
-    outs = host.run(plan, ins, _alloc(op, ins))
+    outs = _run(nk, op, ins)
     cpu = KERNELS[type(op)](op, *ins)
     ref = _f64_reference(op, ins)
     for k, (o, c, r) in enumerate(zip(outs, cpu, ref)):
@@ -332,7 +333,8 @@ def test_norm_kernels_compute_what_the_cpu_kernels_compute(host, case):
         if type(op) is BatchNorm and op.fwd_mode == "inference":
             np.testing.assert_array_equal(o, c, err_msg=f"{op} output {k}")  # same order: bits
             continue
-        # relative to the output's scale (dx, y: differences of near-equal terms)
+        # relative to the output's scale (dx, y: differences of near-equal terms); an element
+        # nobody wrote is NaN (run_plan fills outputs with 0xff bytes) and fails
         scale = np.abs(r).max() + 1e-30
         tol = _tolerance(o.dtype, ins[0].size)
         err = np.abs(o.astype(F64) - r).max() / scale
@@ -345,17 +347,27 @@ def test_batch_norm_uses_several_chunks_per_channel_and_every_block():
     plan = _norm_plan(op, ins)
     partial, final, apply = plan.launches
     p = int(partial.args[7])
-    assert p > 1 and partial.grid == 3 * p and partial.block == nk.NTHREADS
-    assert final.grid == 3 and final.args[9] == p
-    assert apply.grid * apply.block >= min(ins[0].size, nk.MAX_GRID * nk.NTHREADS)
-    assert plan.workspace >= 3 * p * (8 + 4 + 4)
+    assert p > 1 and partial.grid == (3 * p, 1, 1) and partial.block == (nk.NTHREADS, 1, 1)
+    assert final.grid == (3, 1, 1) and final.args[9] == p
+    assert apply.grid[0] * apply.block[0] >= min(ins[0].size, 65535 * nk.NTHREADS)
+    assert plan.workspace >= 3 * p * (8 + 4 + 4) and not plan.checks
+    assert all(a.shared_bytes == 0 for a in plan.launches)
 
 
 def test_batch_norm_of_an_empty_batch_gives_nan_statistics(host):
     op = BatchNorm("training", 1e-5)
     ins = [np.zeros((0, 3, 4), F32), np.ones(3, F32), np.zeros(3, F32)]
-    y, mean, var = host.run(_norm_plan(op, ins), ins, _alloc(op, ins))
+    y, mean, var = _run(nk, op, ins)
     assert y.shape == (0, 3, 4) and np.isnan(mean).all() and np.isnan(var).all()
+    # written by the kernel (0/0), not run_plan's 0xff fill left alone
+    assert (mean.view(np.uint32) != 0xFFFFFFFF).all() and (var.view(np.uint32) != 0xFFFFFFFF).all()
+
+
+def test_norm_plans_of_nothing_launch_nothing():
+    x = np.zeros((2, 0, 3), F32)
+    assert not _norm_plan(BatchNorm("training", 1e-5), [x, np.ones(0, F32),
+                                                         np.zeros(0, F32)]).steps
+    assert not _norm_plan(LayerNorm(False, 1e-5, 1, 2), [np.zeros((0, 4), F32)]).steps
 
 
 # -- optimizers -----------------------------------------------------------------------------------
@@ -364,7 +376,7 @@ def test_batch_norm_of_an_empty_batch_gives_nan_statistics(host):
 def test_update_kernels_give_the_cpu_kernels_bits(host, case):
     op, ins = UPDATE_CASES[case]
     cpu = [np.asarray(c) for c in KERNELS[type(op)](op, *[a.copy() for a in ins])]
-    outs = host.run(_update_plan(op, ins), ins, _alloc(op, ins))
+    outs = _run(ok, op, ins)
     for k, (o, c) in enumerate(zip(outs, cpu)):
         assert o.shape == c.shape and not np.isnan(c).any(), (op, k)
         np.testing.assert_array_equal(o, c.astype(o.dtype), err_msg=f"{op} output {k}")
@@ -372,22 +384,39 @@ def test_update_kernels_give_the_cpu_kernels_bits(host, case):
     assert not np.array_equal(outs[0], ins[0])
 
 
+def _in_place(plan, pairs):
+    """``plan`` with each output ``j`` of ``pairs`` bound to input ``k``'s buffer, as the device
+    binds an output it writes in place."""
+    alias = {f"out{j}": f"in{k}" for j, k in pairs}
+
+    def bind(a):
+        return Buf(alias.get(a.name, a.name), a.offset) if isinstance(a, Buf) else a
+    steps = [dataclasses.replace(s, args=tuple(bind(a) for a in s.args)) for s in plan.steps]
+    return dataclasses.replace(plan, steps=tuple(steps))
+
+
 def test_updates_run_in_place(host):
     for op, ins in UPDATE_CASES[::7]:
         cpu = [np.asarray(c) for c in KERNELS[type(op)](op, *[a.copy() for a in ins])]
         work = [a.copy() for a in ins]
-        outs = [work[0]] + work[2:]  # each output is its input's buffer (no gradient output)
-        host.run(_update_plan(op, work), work, outs)
-        for k, (o, c) in enumerate(zip(outs, cpu)):
-            np.testing.assert_array_equal(o, c.astype(o.dtype), err_msg=f"{op} output {k}")
+        outs = _out_layouts(op, work)
+        pairs = [(j, k) for j, k in ok.INPLACE[type(op)] if j < len(outs)]
+        run_plan(_in_place(_update_plan(op, work), pairs), work, outs)
+        for j, k in pairs:
+            np.testing.assert_array_equal(work[k], cpu[j].astype(work[k].dtype),
+                                          err_msg=f"{op} output {j} over input {k}")
 
 
 def test_update_plan_launches_the_step_counter_after_the_update():
     op, ins = next(c for c in UPDATE_CASES if type(c[0]) is AdamUpdate)
-    update, step = _update_plan(op, ins).launches
-    assert step.kernel.name.startswith("mge_opt_step_") and (step.grid, step.block) == (1, 1)
-    assert step.args == (nk.Buffer("out", 3), nk.Buffer("in", 4))
-    assert update.block == ok.NTHREADS and update.grid == -(-ins[0].size // ok.NTHREADS)
+    plan = _update_plan(op, ins)
+    update, step = plan.launches
+    assert step.kernel.name.startswith("mge_opt_step_")
+    assert (step.grid, step.block) == ((1, 1, 1), (1, 1, 1))
+    assert step.args == (Buf("out3"), Buf("in4"))
+    assert update.block == (ok.NTHREADS, 1, 1)
+    assert update.grid == (-(-ins[0].size // ok.NTHREADS), 1, 1)
+    assert plan.workspace == 0 and not plan.checks
 
 
 # -- RNG ------------------------------------------------------------------------------------------
@@ -419,10 +448,10 @@ def test_philox_kernel_gives_random123s_known_answers_and_the_python_values(host
     rng = np.random.default_rng(2)
     ctr = np.array([c for c, _, _ in KAT] + list(rng.integers(0, 2 ** 32, (50, 4))), np.uint32)
     key = np.array([k for _, k, _ in KAT] + list(rng.integers(0, 2 ** 32, (50, 2))), np.uint32)
-    out = np.zeros_like(ctr)
-    fn = host.lib.function(rk.philox_kernel().name, [ctypes.c_void_p] * 3 + [ctypes.c_longlong])
-    host._set(3, 1, 1, 5, 1, 1, 0)
-    fn(ctr.ctypes.data, key.ctypes.data, out.ctypes.data, len(ctr))
+    # 3 blocks of 5 threads: the grid-stride loop walks the 53 counters in several rounds
+    plan = Plan((Launch(rk.philox_kernel(), (3,), (5,),
+                        (Buf("in0"), Buf("in1"), Buf("out0"), np.int64(len(ctr)))),))
+    (out,) = run_plan(plan, [ctr, key], [Layout(ctr.shape, np.uint32)])
     for k, (_, _, want) in enumerate(KAT):
         assert tuple(int(v) for v in out[k]) == want
     for c, kk, o in zip(ctr, key, out):
@@ -436,14 +465,16 @@ def _uniform_op(dtype, n, seed=12345):
 def test_uniform_values_are_philox_of_seed_stream_and_index(host):
     seed, stream, n = 0x0123456789ABCDEF, 7, 1003
     op = _uniform_op(F32, n, seed)
-    (out,) = host.run(rk.uniform_plan(op, stream=stream), [], _alloc(op, []))
+    (out,) = _run(rk, op, [], stream=stream)
     for i in [0, 1, 2, 3, 4, 517, n - 1]:
         g = i // 4
         words = _philox_py((g & 0xFFFFFFFF, g >> 32, 0, stream),
                            (seed & 0xFFFFFFFF, seed >> 32))
         assert out[i] == np.float32((words[i % 4] >> 8) * 2.0 ** -24)
-    (other,) = host.run(rk.uniform_plan(op, stream=stream + 1), [], _alloc(op, []))
+    (other,) = _run(rk, op, [], stream=stream + 1)
     assert not np.array_equal(out, other)  # the stream separates launches of one seed
+    (again,) = _run(rk, op, [], stream=stream)
+    np.testing.assert_array_equal(out, again)  # the op (its seed) fixes the numbers
 
 
 LAUNCHES = [(None, None), (1, 1), (3, 7), (2, 64), (1000, 32)]
@@ -454,19 +485,14 @@ def test_rng_values_do_not_depend_on_the_launch(host, dtype):
     rng = np.random.default_rng(3)
     shape = rng.random(999).astype(dtype) + 0.5
     x = rng.normal(size=999).astype(dtype)
-    cases = [(_uniform_op(dtype, 1001), [], lambda op, g, b: rk.uniform_plan(op, grid=g, block=b)),
-             (GaussianRNG(5, 0, 1.0, 2.0, dtype, (1001,), None), [],
-              lambda op, g, b: rk.gaussian_plan(op, grid=g, block=b)),
-             (GammaRNG(6, 0), [shape, shape],
-              lambda op, g, b: rk.gamma_plan(op, [shape.shape] * 2, [dtype] * 2, grid=g, block=b)),
-             (BetaRNG(6, 0), [shape, shape],
-              lambda op, g, b: rk.beta_plan(op, [shape.shape] * 2, [dtype] * 2, grid=g, block=b)),
-             (Dropout(0.25, 8), [x],
-              lambda op, g, b: rk.dropout_plan(op, [x.shape], [dtype], grid=g, block=b))]
-    for op, ins, plan in cases:
+    cases = [(_uniform_op(dtype, 1001), []),
+             (GaussianRNG(5, 0, 1.0, 2.0, dtype, (1001,), None), []),
+             (GammaRNG(6, 0), [shape, shape]), (BetaRNG(6, 0), [shape, shape]),
+             (Dropout(0.25, 8), [x])]
+    for op, ins in cases:
         first = None
         for grid, block in LAUNCHES:
-            outs = host.run(plan(op, grid, block), ins, _alloc(op, ins))
+            outs = _run(rk, op, ins, grid=grid, block=block)
             assert not any(np.isnan(o).any() for o in outs if o.dtype.kind == "f"), op
             if first is None:
                 first = outs
@@ -480,7 +506,7 @@ N = 100_000
 
 @pytest.mark.parametrize("dtype", FLOATS)
 def test_uniform_and_gaussian_distributions(host, dtype):
-    (u,) = host.run(rk.uniform_plan(_uniform_op(dtype, N)), [], _alloc(_uniform_op(dtype, N), []))
+    (u,) = _run(rk, _uniform_op(dtype, N), [])
     u = u.astype(F64)
     assert 0 <= u.min() and u.max() < 1
     # 5 standard errors: mean 1/2 (se 0.0009), variance 1/12 (se 0.00024), a flat histogram
@@ -488,8 +514,7 @@ def test_uniform_and_gaussian_distributions(host, dtype):
     assert abs(u.var() - 1 / 12) < 5 * np.sqrt(1 / 180 / N)
     counts = np.histogram(u, bins=10, range=(0, 1))[0]
     assert np.abs(counts - N / 10).max() < 5 * np.sqrt(N / 10)
-    op = GaussianRNG(99, 0, 1.5, 2.0, dtype, (N,), None)
-    (z,) = host.run(rk.gaussian_plan(op), [], _alloc(op, []))
+    (z,) = _run(rk, GaussianRNG(99, 0, 1.5, 2.0, dtype, (N,), None), [])
     z = (z.astype(F64) - 1.5) / 2.0
     assert abs(z.mean()) < 5 / np.sqrt(N) and abs(z.var() - 1) < 5 * np.sqrt(2 / N)
     assert abs(np.mean(z ** 3)) < 5 * np.sqrt(15 / N)  # symmetric
@@ -500,17 +525,13 @@ def test_uniform_and_gaussian_distributions(host, dtype):
 @pytest.mark.parametrize("a, b", [(0.3, 2.0), (1.0, 1.0), (4.5, 0.5)])
 def test_gamma_and_beta_distributions(host, a, b):
     shape, scale = np.full(N, a, F32), np.full(N, b, F32)
-    op = GammaRNG(7, 0)
-    (g,) = host.run(rk.gamma_plan(op, [(N,)] * 2, [F32] * 2), [shape, scale],
-                    _alloc(op, [shape, scale]))
+    (g,) = _run(rk, GammaRNG(7, 0), [shape, scale])
     g = g.astype(F64)
     mean, var = a * b, a * b * b
     assert g.min() >= 0
     assert abs(g.mean() - mean) < 5 * np.sqrt(var / N)
     assert abs(g.var() - var) / var < 5 * np.sqrt((2 + 6 / a) / N)  # kurtosis 6/a
-    op = BetaRNG(8, 0)
-    (x,) = host.run(rk.beta_plan(op, [(N,)] * 2, [F32] * 2), [shape, scale],
-                    _alloc(op, [shape, scale]))
+    (x,) = _run(rk, BetaRNG(8, 0), [shape, scale])
     x = x.astype(F64)
     mean, var = a / (a + b), a * b / ((a + b) ** 2 * (a + b + 1))
     assert 0 <= x.min() and x.max() <= 1
@@ -518,14 +539,37 @@ def test_gamma_and_beta_distributions(host, a, b):
     assert abs(x.var() - var) / var < 0.05
 
 
-def test_gamma_with_a_non_positive_parameter_is_the_cpu_kernels_error(host):
-    shape, scale = np.array([1.0, -1.0, 2.0], F32), np.ones(3, F32)
-    op = GammaRNG(7, 0)
-    with pytest.raises(ValueError, match="GammaRNG: shape and scale must be positive"):
-        host.run(rk.gamma_plan(op, [(3,)] * 2, [F32] * 2), [shape, scale],
-                 _alloc(op, [shape, scale]))
-    with pytest.raises(ValueError):
-        KERNELS[GammaRNG](op, shape, scale)  # the CPU device's error, for comparison
+def _cpu_error(op, ins):
+    with pytest.raises(ValueError) as cpu:
+        KERNELS[type(op)](op, *ins)
+    return str(cpu.value)
+
+
+@pytest.mark.parametrize("op", [GammaRNG(7, 0), BetaRNG(7, 0)], ids=["gamma", "beta"])
+@pytest.mark.parametrize("bad", ["first", "second", "both", "nan"])
+def test_a_non_positive_parameter_raises_the_cpu_kernels_error_from_its_check(host, op, bad):
+    first, second = np.array([1.0, 2.0, 0.5, 3.0], F32), np.ones(4, F32)
+    if bad in ("first", "both"):
+        first[1] = -1.0
+    if bad in ("second", "both"):
+        second[3] = 0.0
+    if bad == "nan":
+        second[0] = np.nan
+    ins = [first, second]
+    plan = _plan(rk, op, ins)
+    assert len(plan.checks) == 2 and plan.workspace >= 8
+    with pytest.raises(ValueError) as got:
+        run_plan(plan, ins, _out_layouts(op, ins))
+    assert str(got.value) == _cpu_error(op, ins)  # the CPU device's message, word for word
+    names = ("shape", "scale") if type(op) is GammaRNG else ("alpha", "beta")
+    assert str(got.value) == f"{op.name}: {names[bad in ('second', 'nan')]} must be positive"
+
+
+def test_good_parameters_set_no_check(host):
+    ins = [np.full(64, 0.5, F64), np.full(64, 2.0, F64)]
+    (out,) = _run(rk, GammaRNG(3, 0), ins)  # the checks read back zero: no error
+    assert (out > 0).all()
+    assert not _plan(rk, GammaRNG(3, 0), [np.ones(0, F32)] * 2).checks  # nothing to check
 
 
 @pytest.mark.parametrize("dtype", FLOATS)
@@ -534,9 +578,8 @@ def test_dropout_masks_the_uniforms_and_scales_as_the_cpu_kernel(host, dtype):
     x = rng.normal(size=(300, 70)).astype(dtype)
     x[0, :4] = [np.inf, -np.inf, -0.0, np.nan]
     op = Dropout(0.3, 1234)
-    y, mask = host.run(rk.dropout_plan(op, [x.shape], [dtype]), [x], _alloc(op, [x]))
-    u_op = UniformRNG(1234, 0, F32, (x.size,), None)
-    (u,) = host.run(rk.uniform_plan(u_op), [], _alloc(u_op, []))
+    y, mask = _run(rk, op, [x])
+    (u,) = _run(rk, UniformRNG(1234, 0, F32, (x.size,), None), [])
     np.testing.assert_array_equal(mask, (u >= np.float32(0.3)).reshape(x.shape))
     assert abs(mask.mean() - 0.7) < 5 * np.sqrt(0.21 / x.size)
     # y = x * mask * scale, the CPU kernel's formula on this mask
@@ -545,8 +588,7 @@ def test_dropout_masks_the_uniforms_and_scales_as_the_cpu_kernel(host, dtype):
     np.testing.assert_array_equal(y, want)
     dop = DropoutBackward(0.3)
     dy = rng.normal(size=x.shape).astype(dtype)
-    (dx,) = host.run(rk.dropout_backward_plan(dop, [x.shape] * 2, [dtype, mask.dtype]),
-                     [dy, mask], _alloc(dop, [dy, mask]))
+    (dx,) = _run(rk, dop, [dy, mask])
     np.testing.assert_array_equal(dx, KERNELS[DropoutBackward](dop, dy, mask)[0])
 
 
@@ -565,6 +607,10 @@ def test_unsupported_dtypes_are_named():
         rk.dropout_kernel("no such dtype")
     with pytest.raises(TypeError, match=r"SGDUpdate kernel: unsupported dtype int32"):
         ok.update_kernels(SGDUpdate(0.1, 0.0, 0.0, False), (F32, i32))
+    # through the plans: a dtype the op's rule takes but the kernels lack
+    with pytest.raises(TypeError, match="CUDA BatchNorm.*unsupported dtype"):
+        _norm_plan(BatchNorm("training", 1e-5), [np.zeros((2, 3), F32), np.ones(3, np.int32),
+                                                 np.zeros(3, F32)])
 
 
 def test_bad_modes_counts_and_ops_are_named():
@@ -580,17 +626,35 @@ def test_bad_modes_counts_and_ops_are_named():
         ok.update_kernels(LayerNorm(True, 1e-5, -1, None), (F32,) * 3)
 
 
+def _lay(*specs):
+    return [Layout(s, d) for s, d in specs]
+
+
 def test_plans_check_shapes_and_axes_through_the_ops_rules():
     with pytest.raises(ValueError, match=r"LayerNorm.*normalised axes \[3, 1\).*input shapes: "
                                          r"\(2, 3, 4\)"):
-        nk.layer_norm_plan(LayerNorm(False, 1e-5, 3, 1), [(2, 3, 4)], [F32])
+        nk.PLANS[LayerNorm](LayerNorm(False, 1e-5, 3, 1), _lay(((2, 3, 4), F32)), [])
     with pytest.raises(ValueError, match=r"BatchNorm.*5 elements.*input shapes: \(2, 5, 3\)"):
-        nk.batch_norm_plan(BatchNorm("training"), [(2, 5, 3), (4,), (5,)], [F32] * 3)
+        nk.PLANS[BatchNorm](BatchNorm("training"), _lay(((2, 5, 3), F32), ((4,), F32),
+                                                        ((5,), F32)), [])
     with pytest.raises(ValueError, match="gradient's shape"):
-        ok.update_plan(SGDUpdate(0.1, 0.0, 0.0, False), [(3,), (4,)], [F32, F32])
+        ok.PLANS[SGDUpdate](SGDUpdate(0.1, 0.0, 0.0, False), _lay(((3,), F32), ((4,), F32)), [])
     with pytest.raises(ValueError, match="drop_prob must be in"):
-        rk.dropout_plan(Dropout(1.0, 1), [(3,)], [F32])
+        rk.PLANS[Dropout](Dropout(1.0, 1), _lay(((3,), F32)), [])
     with pytest.raises(ValueError, match="UniformRNG kernel: seed must fit 64 unsigned bits"):
-        rk.uniform_plan(UniformRNG(-1, 0, F32, (3,), None))
+        rk.PLANS[UniformRNG](UniformRNG(-1, 0, F32, (3,), None), [], _lay(((3,), F32)))
+    op = _uniform_op(F32, 3)
     with pytest.raises(ValueError, match="stream must fit 32 unsigned bits"):
-        rk.uniform_plan(_uniform_op(F32, 3), stream=2 ** 32)
+        rk.uniform_plan(op, [], _lay(((3,), F32)), stream=2 ** 32)
+
+
+def test_plans_refuse_outputs_the_ops_rule_does_not_give():
+    with pytest.raises(ValueError, match=r"CUDA UniformRNG plan: outputs \(4,\) float32 given, "
+                                         r"the op's rule gives \(3,\) float32"):
+        rk.PLANS[UniformRNG](_uniform_op(F32, 3), [], _lay(((4,), F32)))
+    with pytest.raises(ValueError, match=r"CUDA LayerNorm plan: outputs .* given"):
+        nk.PLANS[LayerNorm](LayerNorm(False, 1e-5, -1, None), _lay(((2, 3), F32)),
+                            _lay(((2, 3), F32)))
+    with pytest.raises(ValueError, match=r"CUDA SGDUpdate plan: outputs .*float64.* given"):
+        ok.PLANS[SGDUpdate](SGDUpdate(0.1, 0.0, 0.0, False), _lay(((3,), F32), ((3,), F32)),
+                            _lay(((3,), F64)))

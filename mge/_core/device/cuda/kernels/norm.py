@@ -1,5 +1,5 @@
 """CUDA C for ``BatchNorm``, ``BatchNormBackward``, ``LayerNorm`` and ``LayerNormBackward``, and
-the launch plans the CUDA device follows to run them.
+the launch plans (``launch.py``'s one format) the CUDA device follows to run them.
 
 Like ``elemwise.py`` this only makes text (and plans); NVRTC compiles it, and the same text
 builds as host C++ under g++ for the tests.  Each algorithm is written once as a C++ template
@@ -12,7 +12,7 @@ input with its own (the CPU kernels convert every parameter to the computing typ
 size); each channel reduces ``m = N * S`` elements.  A numerically sound two-level reduction:
 
 1. ``*_partial``: the channel's ``m`` elements are cut into ``P`` chunks; a block per (channel,
-   chunk) -- ``C * P`` blocks of ``NTHREADS`` threads -- walks its chunk with consecutive
+   chunk) -- ``C * P`` blocks of up to ``NTHREADS`` threads -- walks its chunk with consecutive
    threads on consecutive elements (coalesced along ``S``), each thread keeping a Welford
    (count, mean, M2) triple (forward) or plain sums (backward); a shared-memory tree (Chan et
    al.'s pairwise combination) gives the block's result, written to the workspace;
@@ -41,11 +41,19 @@ is the grid-stride loop over the emulated blocks and threads.  The runner sets t
 with ``mge_host_launch`` before each call, so the plans' very grids and blocks run on the host;
 ``__shared__`` arrays (``MGE_SHARED``) are ``static`` there (one emulated block at a time).
 
-**Launch plans.**  ``batch_norm_plan``, ``batch_norm_backward_plan``, ``layer_norm_plan`` and
-``layer_norm_backward_plan`` return a ``LaunchPlan``: ``Launch``es in stream order, each a kernel,
-a 1-D grid and block and its arguments (``Buffer("in", k)``, ``Buffer("out", k)``,
-``Buffer("ws", byte offset)`` or numpy scalars of the exact C parameter type), and the workspace
-size in bytes.  ``rng.py`` and ``optimizer.py`` use the same classes and prelude.
+**Plans.**  ``PLANS[type(op)](op, ins, outs)`` (``ins``/``outs``: ``launch.Layout``s) returns a
+``launch.Plan``: ``Launch``es in stream order on 1-D grids and blocks (static shared memory only:
+``shared_bytes`` 0), their pointers ``Buf("in0")``..., ``Buf("out0")``... and workspace arrays
+(``launch.Workspace``: BatchNorm's partial triples/sums and per-channel ``mean``/``scale``, or
+LayerNormBackward's column partials), scalars of each parameter's exact C type.  A plan first
+runs the op's own shape/dtype rule on ``ins`` (its errors name the op, shapes and dtypes) and
+checks that ``outs`` are what the rule gives; an unsupported dtype is a ``TypeError`` naming the
+op and the dtypes.  The kernels find nothing wrong with data, so no plan has ``checks``.
+
+``STRIDED`` is empty: every kernel indexes its inputs as dense ``(N, C, S)`` / ``(O, M, I)``
+arrays, so the device makes them dense first.  The statistics pass and the apply pass (or, in
+the backward ops, the two sums and ``dx``) each read ``x`` again, so one dense copy up front
+costs less than strided index arithmetic in every pass, and keeps the chunked reads coalesced.
 
 ``BatchNorm`` itself updates no running statistics: the op outputs the batch mean and biased
 variance, and ``mge.module.BatchNorm`` folds them into its running buffers with ordinary ops,
@@ -53,7 +61,6 @@ exactly as on the CPU device.  Where results may differ from the CPU device: ``D
 """
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
@@ -63,18 +70,20 @@ from ....ops.nn_norm import (
 )
 from .block import BLOCK_PARTS
 from .elemwise import KernelSource
+from .launch import Buf, Launch, Plan, Workspace, grid_for
 
-__all__ = ["Buffer", "Launch", "LaunchPlan", "FLOAT_DTYPES", "NTHREADS", "TARGET_BLOCKS",
-           "NVRTC_OPTIONS", "DIFFERENCES", "batch_norm_kernels", "batch_norm_backward_kernels",
+__all__ = ["FLOAT_DTYPES", "NTHREADS", "TARGET_BLOCKS", "MAX_ROW_BLOCKS", "NVRTC_OPTIONS",
+           "DIFFERENCES", "batch_norm_kernels", "batch_norm_backward_kernels",
            "layer_norm_kernels", "layer_norm_backward_kernels", "batch_norm_plan",
-           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan", "PLANS"]
+           "batch_norm_backward_plan", "layer_norm_plan", "layer_norm_backward_plan", "PLANS",
+           "STRIDED"]
 
 #: Threads of a reducing block (a power of two; the shared arrays hold this many).
 NTHREADS = 256
 #: About how many blocks a reduction aims to have in flight (an H100/H200 has 132 SMs).
 TARGET_BLOCKS = 1024
-#: The most blocks of a grid-stride elementwise pass.
-MAX_GRID = 65536
+#: The most blocks of a block-per-row launch (``MGE_BLOCK_LOOP`` walks the rows beyond).
+MAX_ROW_BLOCKS = 65535
 #: NVRTC flags: no contraction into fused multiply-adds, so elementwise formulas round as the
 #: CPU device's do (elemwise.py's flags).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -108,58 +117,7 @@ def _ctype(d):
     return "float" if d in (_F16, _F32) else "double"
 
 
-# -- launch plans ---------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Buffer:
-    """A pointer argument of a launch: ``role`` ``"in"`` or ``"out"`` with ``index`` the op's
-    input or output number, or ``"ws"`` with ``index`` a byte offset into the plan's workspace."""
-
-    role: str
-    index: int
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch: ``kernel`` (a ``KernelSource``) on a 1-D ``grid`` of ``block``
-    threads, with ``args`` in the kernel's parameter order (``Buffer``s and numpy scalars whose
-    dtype is the parameter's C type: ``int64`` for ``long long``, ``uint64``, ``float64``,
-    ``float32``, ``int32``), and no dynamic shared memory."""
-
-    kernel: KernelSource
-    grid: int
-    block: int
-    args: tuple
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """What the CUDA device runs for one op: ``launches`` in stream order, ``workspace``, the
-    bytes of scratch memory they share (8-byte aligned offsets; 0: none), and ``checks``: flags
-    in the workspace that the device zeroes before the launches and reads after them, raising
-    the check's error when one is set (``rng.Check``; the kernels cannot raise)."""
-
-    launches: tuple
-    workspace: int = 0
-    checks: tuple = ()
-
-    @property
-    def kernels(self):
-        """The distinct kernels of the plan, in launch order."""
-        return tuple(dict.fromkeys(launch.kernel for launch in self.launches))
-
-
-class _Workspace:
-    """Lays out workspace arrays at 8-byte aligned offsets."""
-
-    def __init__(self):
-        self.size = 0
-
-    def take(self, count, itemsize):
-        offset = self.size
-        self.size += -(-count * itemsize // 8) * 8
-        return Buffer("ws", offset)
-
+# -- launch shapes --------------------------------------------------------------------------------
 
 def _i64(v):
     return np.int64(v)
@@ -169,8 +127,9 @@ def _f64(v):
     return np.float64(v)
 
 
-def _grid_for(n, block):
-    return max(1, min(MAX_GRID, -(-n // block)))
+def _rows_grid(rows):
+    """The grid of a block-per-row kernel over ``rows`` rows (a block loop takes the rest)."""
+    return (max(1, min(MAX_ROW_BLOCKS, int(rows))),)
 
 
 def _pow2_block(n, lo=32, hi=NTHREADS):
@@ -707,77 +666,93 @@ def _lnb_kernels(affine, dts):
 
 # -- plans ----------------------------------------------------------------------------------------
 
-def _infer(op, shapes, dtypes):
-    """Run the op's own shape/dtype rule (its errors name the op, shapes and dtypes)."""
-    descs = [TensorDesc(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)]
-    return INFER[type(op)](op, descs)
+def _rule(op, ins, outs):
+    """The op's own shape/dtype rule on ``ins`` (its errors name the op, shapes and dtypes);
+    a ``ValueError`` when ``outs`` are not what it gives (a caller's bug, named)."""
+    descs = INFER[type(op)](op, [TensorDesc(tuple(a.shape), np.dtype(a.dtype)) for a in ins])
+    want = [(tuple(d.shape), np.dtype(d.dtype)) for d in descs]
+    got = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
+    if want != got:
+        raise ValueError(f"CUDA {op.name} plan: outputs {_names(got)} given, the op's rule gives "
+                         f"{_names(want)} (inputs: {_names((a.shape, a.dtype) for a in ins)})")
+    return descs
+
+
+def _names(pairs):
+    return ", ".join(f"{tuple(s)} {np.dtype(d)}" for s, d in pairs) or "none"
+
+
+def _ins(n):
+    return [Buf(f"in{k}") for k in range(n)]
 
 
 def _ncs(shape):
     return shape[0], shape[1], math.prod(shape[2:])
 
 
-def batch_norm_plan(op, shapes, dtypes):
-    """The ``LaunchPlan`` of ``BatchNorm`` ``op`` on inputs of ``shapes`` and ``dtypes``
-    (``(x, weight, bias)`` training, ``(x, weight, bias, mean, var)`` inference).  Outputs:
-    ``(y, mean, var)`` or ``(y,)``, as the op's rule declares."""
-    _infer(op, shapes, dtypes)
-    ks = batch_norm_kernels(op.fwd_mode, dtypes[0], dtypes[1:])
-    n, c, s = _ncs(shapes[0])
-    size, t_size = n * c * s, _acc(np.dtype(dtypes[0])).itemsize
-    ws = _Workspace()
-    launches = []
+def batch_norm_plan(op, ins, outs):
+    """The ``Plan`` of ``BatchNorm`` ``op`` on ``ins`` ``(x, weight, bias)`` (training) or
+    ``(x, weight, bias, mean, var)`` (inference); ``outs`` ``(y, mean, var)`` or ``(y,)``, as the
+    op's rule declares.  Training: partial Welford triples per (channel, chunk), a block per
+    channel combining them, the elementwise ``y``; inference: per-channel scale, then ``y``."""
+    _rule(op, ins, outs)
+    ks = batch_norm_kernels(op.fwd_mode, ins[0].dtype, [a.dtype for a in ins[1:]])
+    n, c, s = _ncs(ins[0].shape)
+    size, t_size = n * c * s, _acc(ins[0].dtype).itemsize
     if c == 0:
-        return LaunchPlan(())
+        return Plan((), notes=("no channels: nothing to compute",))
+    x, w, b = _ins(3)
+    ws = Workspace()
+    steps, notes = [], []
     if op.fwd_mode == "training":
         m = n * s
         block = _pow2_block(m)
         p, chunk = _chunks(c, m, block)
-        ws_n, ws_m, ws_s = ws.take(c * p, 8), ws.take(c * p, t_size), ws.take(c * p, t_size)
-        ws_mean, ws_scale = ws.take(c, t_size), ws.take(c, t_size)
-        launches.append(Launch(ks["partial"], min(c * p, MAX_GRID), block, (
-            Buffer("in", 0), ws_n, ws_m, ws_s, _i64(c), _i64(s), _i64(m), _i64(p), _i64(chunk))))
-        launches.append(Launch(ks["final"], min(c, MAX_GRID), _pow2_block(p), (
-            ws_n, ws_m, ws_s, Buffer("in", 1), Buffer("out", 1), Buffer("out", 2), ws_mean,
-            ws_scale, _i64(c), _i64(p), _f64(op.epsilon))))
-    else:
-        ws_mean, ws_scale = ws.take(c, t_size), ws.take(c, t_size)
-        launches.append(Launch(ks["prepare"], _grid_for(c, NTHREADS), NTHREADS, (
-            Buffer("in", 3), Buffer("in", 4), Buffer("in", 1), ws_mean, ws_scale, _i64(c),
+        ws_n, ws_m, ws_s = ws.add(c * p * 8), ws.add(c * p * t_size), ws.add(c * p * t_size)
+        ws_mean, ws_scale = ws.add(c * t_size), ws.add(c * t_size)
+        steps.append(Launch(ks["partial"], _rows_grid(c * p), (block,), (
+            x, ws_n, ws_m, ws_s, _i64(c), _i64(s), _i64(m), _i64(p), _i64(chunk))))
+        steps.append(Launch(ks["final"], _rows_grid(c), (_pow2_block(p),), (
+            ws_n, ws_m, ws_s, w, Buf("out1"), Buf("out2"), ws_mean, ws_scale, _i64(c), _i64(p),
             _f64(op.epsilon))))
+        notes.append(f"{p} chunk(s) of {chunk} element(s) per channel")
+    else:
+        ws_mean, ws_scale = ws.add(c * t_size), ws.add(c * t_size)
+        steps.append(Launch(ks["prepare"], grid_for(c, NTHREADS), (NTHREADS,), (
+            Buf("in3"), Buf("in4"), w, ws_mean, ws_scale, _i64(c), _f64(op.epsilon))))
     if size:
-        launches.append(Launch(ks["apply"], _grid_for(size, NTHREADS), NTHREADS, (
-            Buffer("in", 0), Buffer("in", 2), ws_mean, ws_scale, Buffer("out", 0), _i64(size),
-            _i64(c), _i64(s))))
-    return LaunchPlan(tuple(launches), ws.size)
+        steps.append(Launch(ks["apply"], grid_for(size, NTHREADS), (NTHREADS,), (
+            x, b, ws_mean, ws_scale, Buf("out0"), _i64(size), _i64(c), _i64(s))))
+    return Plan(tuple(steps), ws.size, notes=tuple(notes))
 
 
-def batch_norm_backward_plan(op, shapes, dtypes):
-    """The ``LaunchPlan`` of ``BatchNormBackward`` on ``(x, dy, mean, var, weight)``; outputs
-    ``(dx, dweight, dbias)``."""
-    _infer(op, shapes, dtypes)
-    ks = batch_norm_backward_kernels(dtypes)
-    n, c, s = _ncs(shapes[0])
-    m, size, t_size = n * s, n * c * s, _acc(np.dtype(dtypes[0])).itemsize
+def batch_norm_backward_plan(op, ins, outs):
+    """The ``Plan`` of ``BatchNormBackward`` on ``ins`` ``(x, dy, mean, var, weight)``; ``outs``
+    ``(dx, dweight, dbias)``.  Partial sums per (channel, chunk), a block per channel giving
+    ``dweight``/``dbias`` and dx's factors, the elementwise ``dx``."""
+    _rule(op, ins, outs)
+    ks = batch_norm_backward_kernels([a.dtype for a in ins])
+    n, c, s = _ncs(ins[0].shape)
+    m, size, t_size = n * s, n * c * s, _acc(ins[0].dtype).itemsize
     if c == 0:
-        return LaunchPlan(())
+        return Plan((), notes=("no channels: nothing to compute",))
     block = _pow2_block(m)
     p, chunk = _chunks(c, m, block)
-    ws = _Workspace()
-    ws_g, ws_gx, ws_k = ws.take(c * p, t_size), ws.take(c * p, t_size), ws.take(3 * c, t_size)
+    ws = Workspace()
+    ws_g, ws_gx, ws_k = ws.add(c * p * t_size), ws.add(c * p * t_size), ws.add(3 * c * t_size)
     eps = _f64(op.epsilon)
-    launches = [
-        Launch(ks["partial"], min(c * p, MAX_GRID), block, (
-            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), ws_g, ws_gx,
-            _i64(c), _i64(s), _i64(m), _i64(p), _i64(chunk), eps)),
-        Launch(ks["final"], min(c, MAX_GRID), _pow2_block(p), (
-            ws_g, ws_gx, Buffer("in", 2), Buffer("in", 3), Buffer("in", 4), Buffer("out", 1),
-            Buffer("out", 2), ws_k, _i64(c), _i64(p), _i64(m), eps))]
+    x, dy, mean, var, w = _ins(5)
+    steps = [
+        Launch(ks["partial"], _rows_grid(c * p), (block,), (
+            x, dy, mean, var, ws_g, ws_gx, _i64(c), _i64(s), _i64(m), _i64(p), _i64(chunk),
+            eps)),
+        Launch(ks["final"], _rows_grid(c), (_pow2_block(p),), (
+            ws_g, ws_gx, mean, var, w, Buf("out1"), Buf("out2"), ws_k, _i64(c), _i64(p),
+            _i64(m), eps))]
     if size:
-        launches.append(Launch(ks["apply"], _grid_for(size, NTHREADS), NTHREADS, (
-            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), ws_k,
-            Buffer("out", 0), _i64(size), _i64(c), _i64(s), eps)))
-    return LaunchPlan(tuple(launches), ws.size)
+        steps.append(Launch(ks["apply"], grid_for(size, NTHREADS), (NTHREADS,), (
+            x, dy, mean, var, ws_k, Buf("out0"), _i64(size), _i64(c), _i64(s), eps)))
+    return Plan(tuple(steps), ws.size, notes=(f"{p} chunk(s) of {chunk} element(s) per channel",))
 
 
 def _rmi(op, shape):
@@ -786,48 +761,53 @@ def _rmi(op, shape):
     return o * i, m, i
 
 
-def layer_norm_plan(op, shapes, dtypes):
-    """The ``LaunchPlan`` of ``LayerNorm`` on ``(x[, weight, bias])``; outputs
-    ``(y, mean, rstd)``.  A block per row (grid-stride over rows), no workspace."""
-    _infer(op, shapes, dtypes)
-    k = layer_norm_kernels(op.affine, dtypes[0], dtypes[1:])["forward"]
-    r, m, i = _rmi(op, shapes[0])
-    w, b = (Buffer("in", 1), Buffer("in", 2)) if op.affine else (Buffer("in", 0),) * 2
+def layer_norm_plan(op, ins, outs):
+    """The ``Plan`` of ``LayerNorm`` on ``ins`` ``(x[, weight, bias])``; ``outs``
+    ``(y, mean, rstd)``.  A block per row (a block loop over rows beyond the grid), no
+    workspace."""
+    _rule(op, ins, outs)
+    k = layer_norm_kernels(op.affine, ins[0].dtype, [a.dtype for a in ins[1:]])["forward"]
+    r, m, i = _rmi(op, ins[0].shape)
     if r == 0:
-        return LaunchPlan(())
-    return LaunchPlan((Launch(k, min(r, MAX_GRID), _pow2_block(m), (
-        Buffer("in", 0), w, b, Buffer("out", 0), Buffer("out", 1), Buffer("out", 2), _i64(r),
-        _i64(m), _i64(i), _f64(op.eps))),))
+        return Plan((), notes=("no rows: nothing to compute",))
+    x, w, b = _ins(3) if op.affine else (Buf("in0"),) * 3  # unused without affine
+    return Plan((Launch(k, _rows_grid(r), (_pow2_block(m),), (
+        x, w, b, Buf("out0"), Buf("out1"), Buf("out2"), _i64(r), _i64(m), _i64(i),
+        _f64(op.eps))),))
 
 
-def layer_norm_backward_plan(op, shapes, dtypes):
-    """The ``LaunchPlan`` of ``LayerNormBackward`` on ``(x, dy, mean, rstd[, weight])``; outputs
-    ``(dx[, dweight, dbias])``."""
-    _infer(op, shapes, dtypes)
-    ks = layer_norm_backward_kernels(op.affine, dtypes)
-    r, m, i = _rmi(op, shapes[0])
-    w = Buffer("in", 4) if op.affine else Buffer("in", 0)
-    launches = []
+def layer_norm_backward_plan(op, ins, outs):
+    """The ``Plan`` of ``LayerNormBackward`` on ``ins`` ``(x, dy, mean, rstd[, weight])``;
+    ``outs`` ``(dx[, dweight, dbias])``.  A block per row for ``dx``; with ``affine``, column
+    partial sums over chunks of rows into the workspace, then each column's chunks in order."""
+    _rule(op, ins, outs)
+    ks = layer_norm_backward_kernels(op.affine, [a.dtype for a in ins])
+    r, m, i = _rmi(op, ins[0].shape)
+    x, dy, mean, rstd = _ins(4)
+    w = Buf("in4") if op.affine else x  # unused without affine
+    steps, notes = [], []
     if r:
-        launches.append(Launch(ks["rows"], min(r, MAX_GRID), _pow2_block(m), (
-            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), w,
-            Buffer("out", 0), _i64(r), _i64(m), _i64(i))))
-    ws = _Workspace()
+        steps.append(Launch(ks["rows"], _rows_grid(r), (_pow2_block(m),), (
+            x, dy, mean, rstd, w, Buf("out0"), _i64(r), _i64(m), _i64(i))))
+    ws = Workspace()
     if op.affine:
         # each thread a column and a chunk of rows: chunks until about TARGET_BLOCKS blocks
         p = max(1, min(-(-r // 16), -(-TARGET_BLOCKS * NTHREADS // max(m, 1))))
         chunk = max(1, -(-r // p))
         p = max(1, -(-r // chunk))
-        t_size = _acc(np.dtype(dtypes[0])).itemsize
-        ws_dw, ws_db = ws.take(m * p, t_size), ws.take(m * p, t_size)
-        launches.append(Launch(ks["cols_partial"], _grid_for(m * p, NTHREADS), NTHREADS, (
-            Buffer("in", 0), Buffer("in", 1), Buffer("in", 2), Buffer("in", 3), ws_dw, ws_db,
-            _i64(r), _i64(m), _i64(i), _i64(p), _i64(chunk))))
-        launches.append(Launch(ks["cols_final"], _grid_for(m, NTHREADS), NTHREADS, (
-            ws_dw, ws_db, Buffer("out", 1), Buffer("out", 2), _i64(m), _i64(p))))
-    return LaunchPlan(tuple(launches), ws.size)
+        t_size = _acc(ins[0].dtype).itemsize
+        ws_dw, ws_db = ws.add(m * p * t_size), ws.add(m * p * t_size)
+        steps.append(Launch(ks["cols_partial"], grid_for(m * p, NTHREADS), (NTHREADS,), (
+            x, dy, mean, rstd, ws_dw, ws_db, _i64(r), _i64(m), _i64(i), _i64(p), _i64(chunk))))
+        steps.append(Launch(ks["cols_final"], grid_for(m, NTHREADS), (NTHREADS,), (
+            ws_dw, ws_db, Buf("out1"), Buf("out2"), _i64(m), _i64(p))))
+        notes.append(f"dweight/dbias: {p} chunk(s) of {chunk} row(s)")
+    return Plan(tuple(steps), ws.size, notes=tuple(notes))
 
 
-#: The plan of each norm op (the CUDA device's table): ``PLANS[type(op)](op, shapes, dtypes)``.
+#: The plan of each norm op (the CUDA device's table): ``PLANS[type(op)](op, ins, outs)``.
 PLANS = {BatchNorm: batch_norm_plan, BatchNormBackward: batch_norm_backward_plan,
          LayerNorm: layer_norm_plan, LayerNormBackward: layer_norm_backward_plan}
+
+#: The ops whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()

@@ -1,13 +1,30 @@
 """CUDA C for the optimizers' fused update ops (``SGDUpdate``, ``AdamUpdate``, ``AdagradUpdate``,
-``AdadeltaUpdate``, ``RMSpropUpdate``) and their launch plans.
+``AdadeltaUpdate``, ``RMSpropUpdate``) and their launch plans (``launch.py``'s one format).
 
 One update is one elementwise kernel over the parameter (a grid-stride loop, ``MGE_LOOP`` of
 ``elemwise.py``: on the host a serial loop), then, for the optimizers with a step counter, a
-one-thread kernel that writes ``step + 1``.  Each element is read and written by one thread, so
-the outputs may be the inputs' own buffers (the update in place); the counter is written by the
-second kernel, after every thread of the first has read it (stream order).  Each thread
-computes the step-dependent factors (``1 / (1 - beta ** t)``, Adagrad's decayed rate) once, in
-double, from the counter, as the CPU kernel computes them in Python.
+one-thread kernel that writes ``step + 1``.  Each thread computes the step-dependent factors
+(``1 / (1 - beta ** t)``, Adagrad's decayed rate) once, in double, from the counter, as the CPU
+kernel computes them in Python.
+
+**Plans.**  ``PLANS[type(op)](op, ins, outs)`` (``launch.Layout``s; ``ins`` in the op's order,
+``(param, grad, *states)`` with the step counter among the states where the op has one, ``outs``
+the same without ``grad``) gives a ``launch.Plan`` of that ``Launch`` (``launch.grid_for(n,
+NTHREADS)`` blocks of ``NTHREADS`` threads, none for an empty parameter) and the step's ``Launch``
+(one block of one thread), no workspace, no checks.  A plan first runs the op's own shape/dtype
+rule on ``ins`` (its errors name the op, shapes and dtypes; ``outs`` must be what it gives) and
+refuses dtypes the kernels lack and a wrong number of states for the op's settings
+(``TypeError``, naming the op and the dtypes).  ``STRIDED`` is empty: the kernels read element
+``i`` of dense arrays (parameters and their states are dense device buffers in practice; a
+strided gradient is made dense by the device first).
+
+**In place.**  Output ``j`` may be the very buffer of the input it replaces: output 0 (the new
+parameter) of input 0, output ``j >= 1`` (a new state, the step counter included) of input
+``j + 1`` -- ``INPLACE[type(op)]`` lists those ``(out index, in index)`` pairs for the most
+outputs the op has (SGD's momentum buffer, RMSprop's ``momentum_buffer`` and ``grad_avg`` exist
+only with those settings: pairs beyond the op's outputs do not apply).  That is safe because
+each element of each array is read and then written by one thread only, and the counter, which
+every thread reads, is written by the second kernel, after the first in stream order.
 
 **Same bits as the CPU kernel.**  Each kernel is written from the CPU kernel's numpy
 statements through a small expression builder (``_Builder``) that follows numpy's dtype rules
@@ -29,15 +46,15 @@ import functools
 
 import numpy as np
 
-from ....ops.base import INFER, TensorDesc
 from ....ops.optimizer import (
     AdadeltaUpdate, AdagradUpdate, AdamUpdate, RMSpropUpdate, SGDUpdate,
 )
 from .elemwise import KernelSource
-from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, MAX_GRID, Buffer, Launch, LaunchPlan
+from .launch import Buf, Launch, Plan, grid_for
+from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, _rule
 
 __all__ = ["NVRTC_OPTIONS", "NTHREADS", "DIFFERENCES", "update_kernels", "update_plan",
-           "OPTIMIZER_OPS"]
+           "OPTIMIZER_OPS", "PLANS", "STRIDED", "INPLACE"]
 
 #: NVRTC flags: no contraction into fused multiply-adds (the CPU's roundings).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -337,27 +354,47 @@ def _update_kernels(cls, flags, dts):
     return out
 
 
-def update_plan(op, shapes, dtypes, grid=None):
-    """The ``LaunchPlan`` of update op ``op`` on inputs of ``shapes`` and ``dtypes`` (the op's
-    order); outputs in the op's order (``param``, then the states, the step counter where the
-    op has one).  Outputs may be their inputs' buffers (in place)."""
+def update_plan(op, ins, outs, *, grid=None):
+    """The ``Plan`` of update op ``op`` on ``ins`` (the op's order: ``param``, ``grad``, the
+    states, the step counter where the op has one); ``outs`` in the op's order (``param``, then
+    the states and the counter: the inputs without ``grad``).  An output may be its input's
+    buffer (``INPLACE``).  ``grid`` overrides the update's grid (the values do not change)."""
     cls = _op_class(op)
-    INFER[cls](op, [TensorDesc(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)])
+    _rule(op, ins, outs)
+    dtypes = [a.dtype for a in ins]
     ks = update_kernels(op, dtypes)
     _, flags_of, _, has_step, scalars, _ = _UPDATES[cls]
     states, step = _state_positions(cls, flags_of(op), len(dtypes))
-    n = int(np.prod(shapes[0], dtype=np.int64))
-    # outputs: param, the array states; the step counter's output sits at its input position - 1
-    # (the outputs are the inputs without the gradient)
-    outs = [Buffer("out", 0)] + [Buffer("out", k - 1) for k in states]
-    args = outs + [Buffer("in", k) for k in [0, 1] + states]
+    n = ins[0].size
+    # an output is its input without the gradient: input k >= 2 is output k - 1
+    args = [Buf("out0")] + [Buf(f"out{k - 1}") for k in states]
+    args += [Buf(f"in{k}") for k in [0, 1] + states]
     if has_step:
-        args.append(Buffer("in", step))
+        args.append(Buf(f"in{step}"))
     args += [np.int64(n)] + [np.float64(getattr(op, s)) for s in scalars]
-    launches = []
+    steps = []
     if n:
-        g = grid or max(1, min(MAX_GRID, -(-n // NTHREADS)))
-        launches.append(Launch(ks["update"], g, NTHREADS, tuple(args)))
-    if has_step:
-        launches.append(Launch(ks["step"], 1, 1, (Buffer("out", step - 1), Buffer("in", step))))
-    return LaunchPlan(tuple(launches))
+        steps.append(Launch(ks["update"], grid_for(n, NTHREADS) if grid is None else (grid,),
+                            (NTHREADS,), tuple(args)))
+    if has_step:  # after the update (stream order): every thread of it has read the counter
+        steps.append(Launch(ks["step"], (1,), (1,), (Buf(f"out{step - 1}"), Buf(f"in{step}"))))
+    return Plan(tuple(steps))
+
+
+#: The plan of each update op (the CUDA device's table): ``PLANS[type(op)](op, ins, outs)``.
+PLANS = {cls: update_plan for cls in OPTIMIZER_OPS}
+
+#: The ops whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()
+
+#: ``op class -> ((out index, in index), ...)``: the outputs that may be written into the
+#: buffers of the inputs they replace (output 0 over input 0, output j over input j + 1); pairs
+#: past the op's outputs (states its settings lack) do not apply.
+INPLACE = {
+    SGDUpdate: ((0, 0), (1, 2)),                          # param, [momentum_buffer]
+    AdamUpdate: ((0, 0), (1, 2), (2, 3), (3, 4)),         # param, exp_avg, exp_avg_sq, step
+    AdagradUpdate: ((0, 0), (1, 2), (2, 3)),              # param, square_avg, step
+    AdadeltaUpdate: ((0, 0), (1, 2), (2, 3), (3, 4)),     # param, square_avg, acc_delta, step
+    RMSpropUpdate: ((0, 0), (1, 2), (2, 3), (3, 4), (4, 5)),  # param, square_avg, step, [buf],
+                                                              # [grad_avg]
+}

@@ -1,5 +1,5 @@
 """CUDA C for the random number ops (``UniformRNG``, ``GaussianRNG``, ``GammaRNG``, ``BetaRNG``)
-and ``Dropout``/``DropoutBackward``, with their launch plans.
+and ``Dropout``/``DropoutBackward``, with their launch plans (``launch.py``'s one format).
 
 **The generator** is Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as
 easy as 1, 2, 3", SC'11; the Random123 library): a bijection of a 128-bit counter under a 64-bit
@@ -12,8 +12,14 @@ so the numbers of element ``i`` are a pure function of the op's ``seed`` (the ke
   that one Philox call serves (4 float32/float16 elements, 2 float64 ones), ``sub`` the draw
   number of a rejection sampler's element (0 for the others).
 
-``seed`` is the op's own (``ops/rng.py`` draws it from the handle's seed stream); ``stream``
-(default 0) separates the numbers of several launches with one seed.
+**How the seed reaches a plan.**  The op carries it: ``ops/rng.py`` gives every RNG handle a
+*seed stream* (a numpy generator; handle 0 is the global one ``mge.random.seed`` resets), and
+each call draws a fresh 64-bit ``seed`` from its handle's stream into the op's ``seed`` field
+(``Dropout`` from the global handle's, ``F.nn.dropout``).  A plan reads ``op.seed`` and nothing
+else, so the op alone fixes its numbers: a replay of the op (DTR, a trace) gives them again, and
+re-seeding a handle reproduces a whole sequence of calls.  ``stream`` is a keyword of the plan
+functions (default 0, what the device uses): it separates the numbers of several launches of one
+seed.
 
 **Values.**  float32 uniform: ``(w >> 8) * 2**-24`` in ``[0, 1)``, word ``i % 4`` of group
 ``i // 4``; float64: 53 bits of two words, group ``i // 2``; float16: the float32 value rounded,
@@ -30,32 +36,43 @@ float32 uniform of element ``i`` (the very value ``UniformRNG`` gives with that 
 **Launches.**  Each kernel is a grid-stride loop over groups (``MGE_GRID_LOOP`` of
 ``block.py``'s prelude: on the host it walks the emulated blocks and threads, so the tests run
 the same kernel under different grids and blocks); a thread writes its group's consecutive
-elements.  ``uniform_plan``, ``gaussian_plan``, ``gamma_plan``, ``beta_plan``, ``dropout_plan``,
-``dropout_backward_plan`` return ``norm.LaunchPlan``s.  Gamma and Beta check their parameters in
-the kernel: an element with a non-positive one sets the plan's ``checks`` flag (an int32 in the
-workspace, zeroed by the device before the launch), and the device raises the CPU kernel's
-``ValueError`` when it reads it set; the element gets NaN.
+elements.  One ``Launch`` per plan, ``launch.grid_for(groups, NTHREADS)`` blocks of ``NTHREADS``
+threads (the keywords ``grid``/``block`` override them: the values do not change), no shared
+memory; none when the output is empty.
+
+**Plans.**  ``PLANS[type(op)](op, ins, outs)`` (``launch.Layout``s) gives a ``launch.Plan``.  A
+plan first runs the op's own shape/dtype rule on ``ins`` (its errors name the op, shapes and
+dtypes; ``outs`` must be what it gives), refuses a dtype the kernels lack (``TypeError``) and a
+seed or stream that does not fit the key (``ValueError``).  ``STRIDED`` is empty: the kernels
+read element ``i`` of dense inputs (``GammaRNG``/``BetaRNG`` parameters, ``Dropout``'s ``x``,
+``DropoutBackward``'s ``dy`` and ``mask``), which keeps a group's loads coalesced; the device makes
+strided inputs dense first.
+
+**Checks.**  ``GammaRNG`` and ``BetaRNG`` check their parameters in the kernel: a non-positive
+(or NaN) one sets a flag -- one int32 word per parameter in the plan's workspace, zeroed by the
+device before the launch -- and the element gets NaN.  The plan's two ``Check``s, in the CPU
+kernel's order (shape before scale, alpha before beta), raise the CPU kernel's
+``ValueError("GammaRNG: shape must be positive")`` (``scale``, ``BetaRNG: alpha``, ``beta``)
+for the first one set, as the CPU kernel raises for the first parameter it finds bad.
 
 Not done: ``PoissonRNG``, ``PermutationRNG`` (random keys + sort), ``ShuffleRNG``; the CUDA
 device has no kernel for them yet (``NOT_DONE``).  Values differ from the CPU device's: see
 ``DIFFERENCES``.
 """
 import functools
-from dataclasses import dataclass
 
 import numpy as np
 
-from ....ops.base import INFER, TensorDesc
 from ....ops.nn import Dropout, DropoutBackward
 from ....ops.rng import BetaRNG, GammaRNG, GaussianRNG, UniformRNG
 from .elemwise import KernelSource
-from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, MAX_GRID, Buffer, Launch, LaunchPlan
+from .launch import Buf, Check, Launch, Plan, Workspace, grid_for
+from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, _rule
 
-__all__ = ["PHILOX_M", "PHILOX_W", "NTHREADS", "NOT_DONE", "DIFFERENCES", "Check",
-           "philox_kernel", "uniform_kernel", "gaussian_kernel", "gamma_kernel", "beta_kernel",
-           "dropout_kernel", "dropout_backward_kernel", "uniform_plan", "gaussian_plan",
-           "gamma_plan", "beta_plan", "dropout_plan", "dropout_backward_plan", "group_size",
-           "PLANS"]
+__all__ = ["PHILOX_M", "PHILOX_W", "NTHREADS", "NOT_DONE", "DIFFERENCES", "philox_kernel",
+           "uniform_kernel", "gaussian_kernel", "gamma_kernel", "beta_kernel", "dropout_kernel",
+           "dropout_backward_kernel", "uniform_plan", "gaussian_plan", "gamma_plan", "beta_plan",
+           "dropout_plan", "dropout_backward_plan", "group_size", "PLANS", "STRIDED"]
 
 #: Philox4x32's multipliers and Weyl key increments (Random123's PHILOX_M4x32_*, PHILOX_W32_*).
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
@@ -73,12 +90,11 @@ DIFFERENCES = """\
   within about 5.8 standard deviations (numpy's ziggurat reaches further); float64 within 8.6.
 * Gamma and Beta use Marsaglia-Tsang (numpy: the same for Gamma with shape >= 1, other methods
   for small shapes and for Beta): the same distributions, other samples.  A non-positive
-  parameter makes the element NaN and sets the plan's check flag, from which the device raises
-  the CPU kernel's ValueError when it reads the result.
+  parameter makes the element NaN and sets its flag, from which the device raises the CPU
+  kernel's ValueError (same message) after the launch.
 """
 
 _F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
-_B = np.dtype(bool)
 _CODE = {_F16: "f16", _F32: "f32", _F64: "f64"}
 _STORAGE = {_F16: "unsigned short", _F32: "float", _F64: "double"}
 _MASK32 = 0xFFFFFFFF
@@ -203,23 +219,31 @@ MGE_FN void mge_gaussian(TS* out, long long n, unsigned long long seed, unsigned
         for (int k = 0; k < G && g * G + k < n; ++k) mge_stf(out, g * G + k, z[k] * s + m);
     }
 }
-/* GammaRNG: element i from group i; NaN and *error = 1 where a parameter is not positive. */
+/* GammaRNG: element i from group i.  A parameter that is not positive (NaN included) sets its
+   own flag -- *bad_a for shape, *bad_b for scale: the plan's two checks, so the device raises
+   the CPU kernel's message for the parameter it checks first -- and the element gets NaN.  Every
+   writer stores the same 1, so the race between threads is benign (no atomics). */
 template <class TS>
-MGE_FN void mge_gamma(const TS* shape, const TS* scale, TS* out, int* error, long long n,
-                      unsigned long long seed, unsigned stream) {
+MGE_FN void mge_gamma(const TS* shape, const TS* scale, TS* out, int* bad_a, int* bad_b,
+                      long long n, unsigned long long seed, unsigned stream) {
     MGE_GRID_LOOP(i, n) {
         double a = (double)mge_ldf(shape, i), s = (double)mge_ldf(scale, i);
-        if (!(a > 0) || !(s > 0)) { *error = 1; mge_stf(out, i, mge_qnan<double>()); continue; }
+        if (!(a > 0)) *bad_a = 1;
+        if (!(s > 0)) *bad_b = 1;
+        if (!(a > 0) || !(s > 0)) { mge_stf(out, i, mge_qnan<double>()); continue; }
         mge_stf(out, i, mge_exp(mge_log_gamma_sample(a, seed, stream, i, 0, 1)) * s);
     }
 }
-/* BetaRNG: X / (X + Y) = 1 / (1 + exp(log Y - log X)), X from the even draws, Y the odd. */
+/* BetaRNG: X / (X + Y) = 1 / (1 + exp(log Y - log X)), X from the even draws, Y the odd; the
+   flags as GammaRNG's (*bad_a: alpha, *bad_b: beta). */
 template <class TS>
-MGE_FN void mge_beta(const TS* alpha, const TS* beta, TS* out, int* error, long long n,
-                     unsigned long long seed, unsigned stream) {
+MGE_FN void mge_beta(const TS* alpha, const TS* beta, TS* out, int* bad_a, int* bad_b,
+                     long long n, unsigned long long seed, unsigned stream) {
     MGE_GRID_LOOP(i, n) {
         double a = (double)mge_ldf(alpha, i), b = (double)mge_ldf(beta, i);
-        if (!(a > 0) || !(b > 0)) { *error = 1; mge_stf(out, i, mge_qnan<double>()); continue; }
+        if (!(a > 0)) *bad_a = 1;
+        if (!(b > 0)) *bad_b = 1;
+        if (!(a > 0) || !(b > 0)) { mge_stf(out, i, mge_qnan<double>()); continue; }
         double lx = mge_log_gamma_sample(a, seed, stream, i, 0, 2);
         double ly = mge_log_gamma_sample(b, seed, stream, i, 1, 2);
         mge_stf(out, i, 1.0 / (1.0 + mge_exp(ly - lx)));
@@ -256,17 +280,6 @@ MGE_FN void mge_dropout_backward(const TS* dy, const bool* mask, TS* dx, long lo
 """
 
 _PARTS = _PRELUDE_PARTS + (("MGE_PHILOX", _PHILOX), ("MGE_RNG_TEMPLATES", _TEMPLATES))
-
-
-@dataclass(frozen=True)
-class Check:
-    """A check after a plan's launches: the int32 at ``flag`` (a workspace ``Buffer``, zeroed by
-    the device before the launches) is non-zero when the kernel found bad input; the device then
-    raises ``error(message)``."""
-
-    flag: Buffer
-    error: type
-    message: str
 
 
 def _entry(name, params, body):
@@ -338,12 +351,14 @@ def _gaussian_kernel(d):
 
 
 def gamma_kernel(dtype):
-    """The ``GammaRNG`` kernel of ``dtype``: ``(shape, scale, out, error, n, seed, stream)``."""
+    """The ``GammaRNG`` kernel of ``dtype``: ``(shape, scale, out, bad_shape, bad_scale,
+    n, seed, stream)``."""
     return _two_param_kernel("gamma", _float_dtype("GammaRNG", dtype))
 
 
 def beta_kernel(dtype):
-    """The ``BetaRNG`` kernel of ``dtype``: ``(alpha, beta, out, error, n, seed, stream)``."""
+    """The ``BetaRNG`` kernel of ``dtype``: ``(alpha, beta, out, bad_alpha, bad_beta, n,
+    seed, stream)``."""
     return _two_param_kernel("beta", _float_dtype("BetaRNG", dtype))
 
 
@@ -351,9 +366,10 @@ def beta_kernel(dtype):
 def _two_param_kernel(which, d):
     s = _STORAGE[d]
     return _entry(f"mge_rng_{which}_{_CODE[d]}",
-                  [f"const {s}* a", f"const {s}* b", f"{s}* out", "int* error", "long long n",
+                  [f"const {s}* a", f"const {s}* b", f"{s}* out", "int* bad_a", "int* bad_b",
+                   "long long n",
                    "unsigned long long seed", "unsigned stream"],
-                  f"mge_{which}<{s}>(a, b, out, error, n, seed, stream);")
+                  f"mge_{which}<{s}>(a, b, out, bad_a, bad_b, n, seed, stream);")
 
 
 def dropout_kernel(dtype):
@@ -386,11 +402,6 @@ def _dropout_backward_kernel(d):
 
 # -- plans ----------------------------------------------------------------------------------------
 
-def _grid(items, grid=None, block=None):
-    block = block or NTHREADS
-    return block, grid or max(1, min(MAX_GRID, -(-items // block)))
-
-
 def _key(op, stream):
     seed = int(op.seed)
     if not 0 <= seed < 2 ** 64:
@@ -400,86 +411,97 @@ def _key(op, stream):
     return np.uint64(seed), np.uint32(stream)
 
 
-def _infer(op, shapes, dtypes):
-    return INFER[type(op)](op, [TensorDesc(tuple(s), np.dtype(d)) for s, d in zip(shapes, dtypes)])
-
-
 def _plan(kernel, items, args, grid, block, workspace=0, checks=()):
+    """One grid-stride ``Launch`` over ``items`` groups (none when there are none)."""
     if items == 0:
-        return LaunchPlan((), workspace, tuple(checks))
-    block, grid = _grid(items, grid, block)
-    return LaunchPlan((Launch(kernel, grid, block, tuple(args)),), workspace, tuple(checks))
+        return Plan((), workspace, tuple(checks), notes=("empty output: nothing to draw",))
+    block = (block or NTHREADS,)
+    grid = grid_for(items, block[0]) if grid is None else (grid,)
+    return Plan((Launch(kernel, grid, block, tuple(args)),), workspace, tuple(checks))
 
 
-def uniform_plan(op, stream=0, grid=None, block=None):
-    """The ``LaunchPlan`` of ``UniformRNG`` ``op`` (output 0: ``op.shape`` of ``op.dtype``).
+def _positive_check(flag, op, name):
+    """The ``Check`` of the flag ``flag``: the CPU kernel's error for parameter ``name``."""
+    message = f"{op.name}: {name} must be positive"
+
+    def error(value):
+        return ValueError(message)
+    return Check(flag, error)
+
+
+def uniform_plan(op, ins, outs, *, stream=0, grid=None, block=None):
+    """The ``Plan`` of ``UniformRNG`` ``op`` (no ``ins``; ``outs``: ``op.shape`` of ``op.dtype``).
     ``grid``/``block`` override the launch shape (the values do not change)."""
-    (desc,) = _infer(op, (), ())
+    (desc,) = _rule(op, ins, outs)
     d = _float_dtype(op.name, desc.dtype)
-    n = int(np.prod(desc.shape, dtype=np.int64))
+    n = outs[0].size
     seed, st = _key(op, stream)
     return _plan(uniform_kernel(d), -(-n // group_size(d)),
-                 (Buffer("out", 0), np.int64(n), seed, st), grid, block)
+                 (Buf("out0"), np.int64(n), seed, st), grid, block)
 
 
-def gaussian_plan(op, stream=0, grid=None, block=None):
-    """The ``LaunchPlan`` of ``GaussianRNG`` ``op``."""
-    (desc,) = _infer(op, (), ())
+def gaussian_plan(op, ins, outs, *, stream=0, grid=None, block=None):
+    """The ``Plan`` of ``GaussianRNG`` ``op`` (no ``ins``)."""
+    (desc,) = _rule(op, ins, outs)
     d = _float_dtype(op.name, desc.dtype)
-    n = int(np.prod(desc.shape, dtype=np.int64))
+    n = outs[0].size
     seed, st = _key(op, stream)
     return _plan(gaussian_kernel(d), -(-n // group_size(d)),
-                 (Buffer("out", 0), np.int64(n), seed, st, np.float64(op.mean),
+                 (Buf("out0"), np.int64(n), seed, st, np.float64(op.mean),
                   np.float64(op.std)), grid, block)
 
 
-def _two_param_plan(op, kernel_fn, names, shapes, dtypes, stream, grid, block):
-    (desc,) = _infer(op, shapes, dtypes)
+def _two_param_plan(op, ins, outs, kernel_fn, names, stream, grid, block):
+    (desc,) = _rule(op, ins, outs)
     kernel = kernel_fn(desc.dtype)
-    n = int(np.prod(desc.shape, dtype=np.int64))
+    n = outs[0].size
     seed, st = _key(op, stream)
-    flag = Buffer("ws", 0)
-    check = Check(flag, ValueError, f"{op.name}: {names} must be positive")
-    return _plan(kernel, n, (Buffer("in", 0), Buffer("in", 1), Buffer("out", 0), flag,
-                             np.int64(n), seed, st), grid, block, 8, (check,))
+    ws = Workspace()
+    flags = ws.add(4), ws.add(4)
+    checks = tuple(_positive_check(f, op, name) for f, name in zip(flags, names))
+    return _plan(kernel, n, (Buf("in0"), Buf("in1"), Buf("out0"), *flags, np.int64(n), seed, st),
+                 grid, block, ws.size if n else 0, checks if n else ())
 
 
-def gamma_plan(op, shapes, dtypes, stream=0, grid=None, block=None):
-    """The ``LaunchPlan`` of ``GammaRNG`` on ``(shape, scale)``; its ``checks`` hold the flag
-    of non-positive parameters."""
-    return _two_param_plan(op, gamma_kernel, "shape and scale", shapes, dtypes, stream, grid,
-                           block)
+def gamma_plan(op, ins, outs, *, stream=0, grid=None, block=None):
+    """The ``Plan`` of ``GammaRNG`` on ``ins`` ``(shape, scale)``; its ``checks`` raise the CPU
+    kernel's ``ValueError`` for a non-positive shape (first) or scale."""
+    return _two_param_plan(op, ins, outs, gamma_kernel, ("shape", "scale"), stream, grid, block)
 
 
-def beta_plan(op, shapes, dtypes, stream=0, grid=None, block=None):
-    """The ``LaunchPlan`` of ``BetaRNG`` on ``(alpha, beta)``."""
-    return _two_param_plan(op, beta_kernel, "alpha and beta", shapes, dtypes, stream, grid,
-                           block)
+def beta_plan(op, ins, outs, *, stream=0, grid=None, block=None):
+    """The ``Plan`` of ``BetaRNG`` on ``ins`` ``(alpha, beta)``; its ``checks`` raise the CPU
+    kernel's ``ValueError`` for a non-positive alpha (first) or beta."""
+    return _two_param_plan(op, ins, outs, beta_kernel, ("alpha", "beta"), stream, grid, block)
 
 
-def dropout_plan(op, shapes, dtypes, stream=0, grid=None, block=None):
-    """The ``LaunchPlan`` of ``Dropout`` on ``(x,)``: outputs ``(y, mask)``."""
-    y, _ = _infer(op, shapes, dtypes)
+def dropout_plan(op, ins, outs, *, stream=0, grid=None, block=None):
+    """The ``Plan`` of ``Dropout`` on ``ins`` ``(x,)``: ``outs`` ``(y, mask)``, a thread per
+    group of 4 elements."""
+    y, _ = _rule(op, ins, outs)
     d = _float_dtype(op.name, y.dtype)
-    n = int(np.prod(y.shape, dtype=np.int64))
+    n = outs[0].size
     seed, st = _key(op, stream)
     p = op.drop_prob
     return _plan(dropout_kernel(d), -(-n // 4),
-                 (Buffer("in", 0), Buffer("out", 0), Buffer("out", 1), np.int64(n), seed, st,
-                  np.float32(p), np.float64(1 / (1 - p))), grid, block)
+                 (Buf("in0"), Buf("out0"), Buf("out1"), np.int64(n), seed, st, np.float32(p),
+                  np.float64(1 / (1 - p))), grid, block)
 
 
-def dropout_backward_plan(op, shapes, dtypes, grid=None, block=None):
-    """The ``LaunchPlan`` of ``DropoutBackward`` on ``(dy, mask)``."""
-    (dx,) = _infer(op, shapes, dtypes)
+def dropout_backward_plan(op, ins, outs, *, grid=None, block=None):
+    """The ``Plan`` of ``DropoutBackward`` on ``ins`` ``(dy, mask)``: ``outs`` ``(dx,)``."""
+    (dx,) = _rule(op, ins, outs)
     d = _float_dtype(op.name, dx.dtype)
-    n = int(np.prod(dx.shape, dtype=np.int64))
+    n = outs[0].size
     return _plan(dropout_backward_kernel(d), n,
-                 (Buffer("in", 0), Buffer("in", 1), Buffer("out", 0), np.int64(n),
+                 (Buf("in0"), Buf("in1"), Buf("out0"), np.int64(n),
                   np.float64(1 / (1 - op.drop_prob))), grid, block)
 
 
-#: The plan of each op this module has kernels for (the CUDA device's table; Gamma, Beta and
-#: Dropout plans take ``(op, shapes, dtypes)``, Uniform and Gaussian ``(op)``).
+#: The plan of each op this module has kernels for (the CUDA device's table):
+#: ``PLANS[type(op)](op, ins, outs)``.
 PLANS = {UniformRNG: uniform_plan, GaussianRNG: gaussian_plan, GammaRNG: gamma_plan,
          BetaRNG: beta_plan, Dropout: dropout_plan, DropoutBackward: dropout_backward_plan}
+
+#: The ops whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()
