@@ -2,26 +2,33 @@
 
 ``mge/_core/device/cuda/kernels/reduce.py`` (``Reduce``, ``Argmax``/``Argmin``, ``CumSum``,
 ``Argsort``, ``TopK``) and ``softmax.py`` (``Softmax``, ``LogSoftmax``, ``SoftmaxCrossEntropy`` and
-its backward) write CUDA C per op and dtype signature, and a launch plan per call.  Here:
+its backward) write CUDA C per op and dtype signature, and a ``launch.Plan`` per call through their
+``PLANS`` tables.  Here:
 
 * every kernel of every signature compiles with NVRTC for ``compute_90`` and an older
   architecture (one program per group, ``-Ofc=max`` as in ``test_cuda_codegen.py``), and ptxas
   assembles for ``sm_90`` a program holding one kernel of each template and stage, with the
   kernels' own flags;
-* the same sources built with g++ run on numpy arrays through ctypes, launched exactly as the
-  plans say (grid, block and shared bytes through ``mge_host_launch``, the plan's arguments and
-  workspaces), against the CPU kernels: exactly for integers (wrapping included), max/min,
-  argmax/argmin, Argsort and every TopK variant (NaN and ties included); float sums, means,
-  products and scans against float64 references within the bounds stated at ``_sum_bound``;
-  softmax and the losses within the tolerances of ``_SOFTMAX_TOL`` (measured: a few ulp);
+* every op goes op -> ``PLANS[type(op)](op, ins, outs)`` (the layouts the op's shape rule gives)
+  -> ``tests/cuda_plans.run_plan`` on the host build of the same sources (g++; grid, block and
+  shared bytes through ``mge_host_launch``, the plan's arguments, workspace and checks) -> compared
+  with the CPU kernel of ``mge._core.device.cpu.KERNELS``: exactly for integers (wrapping
+  included), max/min, argmax/argmin, Argsort and every TopK variant (NaN and ties included);
+  float sums, means, products and scans against float64 references within the bounds stated at
+  ``_sum_bound``; softmax and the losses within the tolerances of ``_SOFTMAX_TOL`` (measured: a
+  few ulp); a label out of range raises, through the plan's ``Check``, the CPU kernel's
+  ``IndexError`` with the same message;
 * the plans' geometry (coalescing, split rows), the host emulation's shared-memory guard, and
-  errors: unknown modes, unsupported dtypes, axes the kernels do not take.
+  errors: unknown modes, unsupported dtypes, axes the kernels do not take, layouts that do not
+  fit the op.
 
-Without libnvrtc, ptxas or g++ the tests that need them are skipped with the reason, except
-under ``CI`` (which installs them), where that is a failure.
+The host library is built once for the module (every kernel, two translation units);
+``cuda_plans.library`` is pointed at it while this module runs, so ``run_plan`` does not build a
+library per plan.  Without libnvrtc, ptxas or g++ the tests that need them are skipped with the
+reason, except under ``CI`` (which installs them), where that is a failure.
 """
 import concurrent.futures
-import ctypes
+import dataclasses
 import math
 import os
 import re
@@ -31,11 +38,15 @@ import zlib
 import numpy as np
 import pytest
 
+import cuda_plans
+from cuda_plans import run_plan
 from mge._core.device.cpu import KERNELS
 from mge._core.device.cuda import hostbuild, nvrtc
 from mge._core.device.cuda.kernels import elemwise as ek
 from mge._core.device.cuda.kernels import reduce as rk
 from mge._core.device.cuda.kernels import softmax as sk
+from mge._core.device.cuda.kernels.launch import Buf, Launch, Layout
+from mge._core.ops.base import INFER, TensorDesc
 from mge._core.ops.nn import (
     LogSoftmax, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward,
 )
@@ -48,6 +59,7 @@ F16, F32, F64 = sk.FLOAT_DTYPES
 WORKERS = min(2, os.cpu_count() or 1)  # NVRTC, ptxas and g++ run outside the GIL
 MODES = rk.REDUCE_KERNEL_MODES
 RAW_SCANS = (I8, I64, F32, F64)  # one dtype per accumulator type (u32, u64, float, double)
+PLANS = {**rk.PLANS, **sk.PLANS}
 
 
 def _missing(message):
@@ -179,59 +191,49 @@ def test_ptxas_assembles_each_template_for_sm90(nvrtc_ready):
 
 # -- the host build -------------------------------------------------------------------------------
 
-class Host:
-    """The host build: ``run(plan, buffers)`` runs a plan's launches as a GPU would, with the
-    plan's grid, block, shared bytes and arguments; workspaces are allocated here."""
-
-    def __init__(self, lib):
-        self.library = lib
-        self.float16 = lib.float16
-        self.launch = lib.lib.mge_host_launch
-        self.launch.argtypes = [ctypes.c_uint] * 7
-        self.launch.restype = None
-        self.error = ctypes.c_int.in_dll(lib.lib, "mge_host_error")
-
-    @staticmethod
-    def _argtype(param):
-        if "*" in param:
-            return ctypes.c_void_p
-        return ctypes.c_int if param.startswith("int ") else ctypes.c_longlong
-
-    def call(self, launch, buffers, grid=None):
-        """One launch (``grid`` overrides the plan's, to check that any grid covers the work)."""
-        k = launch.kernel
-        fn = self.library.function(k.name, [self._argtype(p) for p in k.params])
-        gx, gy, _ = grid or launch.grid
-        self.launch(gx, gy, 1, launch.block[0], launch.block[1], 1, launch.shared)
-        assert len(launch.args) == len(k.params), k.name
-        args = []
-        for a in launch.args:
-            if a is None or isinstance(a, str):
-                args.append(None if a is None else buffers[a].ctypes.data)
-            else:
-                args.append(int(a))
-        fn(*args)
-        assert self.error.value == 0, f"{k.name}: more shared memory than the plan gives"
-
-    def run(self, plan, buffers, grid=None):
-        buffers = dict(buffers)
-        for k, size in enumerate(plan.workspace):
-            buffers[f"ws{k}"] = np.full(size, 0xA5, np.uint8)  # garbage: nothing reads it unset
-        for launch in plan.launches:
-            self.call(launch, buffers, grid)
-        return buffers
-
-
 @pytest.fixture(scope="module")
 def host(tmp_path_factory):
-    """One host build of every kernel, a translation unit per worker."""
+    """One host build of every kernel (a translation unit per worker), which ``run_plan`` uses
+    while this module runs (a plan whose kernels it lacks still gets its own build)."""
     why = hostbuild.why_unavailable()
     if why:
         _missing(why)
     kernels = _host_kernels(hostbuild.have_float16())
     units = [rk.program(kernels[k::WORKERS]) for k in range(WORKERS)]
     lib = hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_reduce_host")), jobs=WORKERS)
-    return Host(lib)
+    names = {k.name for k in kernels}
+    build = cuda_plans.library
+
+    def library(plan_kernels):
+        plan_kernels = list(plan_kernels)
+        return lib if all(k.name in names for k in plan_kernels) else build(plan_kernels)
+
+    patch = pytest.MonkeyPatch()
+    patch.setattr(cuda_plans, "library", library)
+    yield lib
+    patch.undo()
+
+
+def _layouts(op, arrays):
+    """The inputs' ``Layout``s and the outputs' as the op's shape rule gives them."""
+    ins = [Layout(a.shape, a.dtype) for a in arrays]
+    descs = INFER[type(op)](op, [TensorDesc(a.shape, a.dtype) for a in arrays])
+    return ins, [Layout(d[0], d[1]) for d in descs]
+
+
+def _plan(op, *arrays):
+    """``PLANS[type(op)]`` for ``arrays``: (plan, output layouts)."""
+    ins, outs = _layouts(op, arrays)
+    return PLANS[type(op)](op, ins, outs), outs
+
+
+def _run(op, *arrays, plan=None):
+    """``op`` on dense ``arrays`` through its plan (or ``plan``) on the host: (outputs, plan)."""
+    arrays = [np.asarray(a) for a in arrays]
+    arrays = [a if a.flags.c_contiguous else a.copy() for a in arrays]  # (0-d stays 0-d)
+    own, outs = _plan(op, *arrays)
+    plan = own if plan is None else plan
+    return run_plan(plan, arrays, outs), plan
 
 
 def _need_float16(host, *dtypes):
@@ -302,19 +304,15 @@ def _sum_bound(shape, axis, dtype, absum, ref, terms_per_thread=None):
     return _acc_eps(dtype) * steps * absum + _eps(dtype) * np.abs(ref)
 
 
+def _reduce_op(mode, axis):
+    return {"argmax": Argmax(axis), "argmin": Argmin(axis)}.get(mode) or Reduce(mode, axis)
+
+
 def _run_reduce(host, mode, x, axis):
-    plan = rk.reduce_launch(mode, x.dtype, x.shape, axis)
-    op = {"argmax": Argmax(axis), "argmin": Argmin(axis)}.get(mode) or Reduce(mode, axis)
+    op = _reduce_op(mode, axis)
     (want,) = _cpu(op, x)
-    out = _garbage(want.shape, want.dtype)
-    host.run(plan, {"out": out, "in": np.ascontiguousarray(x)})
-    return out, want, plan
-
-
-def _garbage(shape, dtype):
-    """An output filled with 0x55 bytes, so that an element the kernel never writes shows."""
-    size = math.prod(shape) * dtype.itemsize
-    return np.frombuffer(b"\x55" * size, dtype).reshape(shape).copy()
+    (got,), plan = _run(op, x)
+    return got, want, plan
 
 
 def _reduce_case_id(case):
@@ -418,9 +416,7 @@ def test_cumsum_computes_what_the_cpu_kernel_does(host, dtype):
             for reverse in (False, True):
                 op = CumSum(axis, exclusive, reverse)
                 (want,) = _cpu(op, x)
-                plan = rk.cumsum_launch(dtype, shape, axis, exclusive, reverse)
-                got = _garbage(want.shape, want.dtype)
-                host.run(plan, {"out": got, "in": np.ascontiguousarray(x)})
+                (got,), plan = _run(op, x)
                 what = (f"cumsum of {dtype}{shape} axis {axis} exclusive={exclusive} "
                         f"reverse={reverse} ({len(plan.launches)} launches)")
                 assert got.dtype == want.dtype, what
@@ -468,12 +464,6 @@ def _sort_values(dtype, shape, rng, distinct=False):
     return x
 
 
-def _run_sort(host, plan, out_shape, dtype, x):
-    values, indices = _garbage(out_shape, dtype), _garbage(out_shape, I32)
-    host.run(plan, {"values": values, "indices": indices, "in": np.ascontiguousarray(x)})
-    return values, indices
-
-
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 def test_argsort_and_topk_compute_what_the_cpu_kernels_do(host, dtype):
     _need_float16(host, dtype)
@@ -482,9 +472,9 @@ def test_argsort_and_topk_compute_what_the_cpu_kernels_do(host, dtype):
         rng = _rng("sort", str(dtype), shape)
         x = _sort_values(dtype, shape, rng)
         for descending in (False, True):
-            want = _cpu(Argsort(descending), x)
-            got = _run_sort(host, rk.argsort_launch(dtype, shape, descending), shape, dtype, x)
-            for g, w, what in zip(got, want, ("values", "indices")):
+            op = Argsort(descending)
+            got, _ = _run(op, x)
+            for g, w, what in zip(got, _cpu(op, x), ("values", "indices")):
                 np.testing.assert_array_equal(g, w, err_msg=f"Argsort {what} {shape} {descending}")
             for k in sorted({1, 2, n // 2 + 1, n, n + 3}):
                 for kth_only, no_sort in ((False, False), (True, False), (False, True)):
@@ -492,16 +482,16 @@ def test_argsort_and_topk_compute_what_the_cpu_kernels_do(host, dtype):
                         continue  # (ties at the cut: numpy's choice is arbitrary)
                     op = TopK(k, descending, kth_only, no_sort)
                     data = _sort_values(dtype, shape, rng, distinct=True) if no_sort else x
-                    want = _cpu(op, data)
-                    plan = rk.topk_launch(dtype, shape, k, descending, kth_only, no_sort)
-                    got = _run_sort(host, plan, want[0].shape, dtype, data)
-                    for g, w, what in zip(got, want, ("values", "indices")):
+                    got, _ = _run(op, data)
+                    for g, w, what in zip(got, _cpu(op, data), ("values", "indices")):
+                        assert g.shape == w.shape and g.dtype == w.dtype, f"{op} {what}"
                         np.testing.assert_array_equal(g, w, err_msg=f"{op} {what} of {shape}")
 
 
 def test_sorting_rows_longer_than_a_block_is_refused():
+    x = Layout((3, 1025), F32)
     with pytest.raises(NotImplementedError, match=r"Argsort.*at most 1024.*\(3, 1025\)"):
-        rk.argsort_launch(F32, (3, 1025))
+        rk.PLANS[Argsort](Argsort(), [x], [x, Layout(x.shape, I32)])
     with pytest.raises(ValueError, match=r"TopK: k must be a positive int, got 0"):
         rk.topk_launch(F32, (3, 5), 0)
     with pytest.raises(ValueError, match=r"Argsort: needs an input with at least 1 dimension"):
@@ -509,8 +499,10 @@ def test_sorting_rows_longer_than_a_block_is_refused():
     with pytest.raises(TypeError, match=r"TopK kernel: unsupported dtype complex128"):
         rk.topk_launch("complex128", (3, 5), 2)
     plan = rk.topk_launch(F32, (10, 3), 2)
-    assert plan.launches[0].block == (256, 1, 1) and plan.launches[0].args[3:7] == (10, 3, 2, 4)
-    assert rk.argsort_launch(F64, (2, 1024)).launches[0].shared == 1024 * 16
+    (launch,) = plan.launches
+    assert launch.block == (256, 1, 1) and launch.args[3:7] == (10, 3, 2, 4)
+    assert launch.args[:3] == (Buf("out0"), Buf("out1"), Buf("in0"))
+    assert rk.argsort_launch(F64, (2, 1024)).launches[0].shared_bytes == 1024 * 16
 
 
 # -- softmax and the losses -----------------------------------------------------------------------
@@ -548,9 +540,9 @@ def test_softmax_computes_what_the_cpu_kernel_does(host, dtype, log):
         x = _logits(dtype, shape, _rng("softmax", str(dtype), shape))
         if x.ndim == 2 and x.shape[0] > 1 and x.shape[1] > 2:
             x[1, 2] = np.nan  # its row is NaN on both
-        (want,) = _cpu((LogSoftmax if log else Softmax)(axis), x)
-        got = np.full(x.shape, 7, dtype)
-        host.run(sk.softmax_launch(dtype, x.shape, axis, log), {"out": got, "in": x})
+        op = (LogSoftmax if log else Softmax)(axis)
+        (want,) = _cpu(op, x)
+        (got,), _ = _run(op, x)
         _close(got, want, dtype, f"{'log' if log else ''}softmax of {dtype}{shape} over {axis}")
 
 
@@ -574,19 +566,15 @@ def test_cross_entropy_and_its_gradient_compute_what_the_cpu_kernels_do(host, ca
         x = _logits(dtype, shape, rng)
         label = _label(label_dtype, shape, axis, rng)
         what = f"cross entropy ({reduction}) of {dtype}{shape} over {axis}, {label_dtype} labels"
-        (want,) = _cpu(SoftmaxCrossEntropy(axis, reduction), x, label)
-        got, status = np.full(want.shape, 7, dtype), np.zeros(1, np.int32)
-        host.run(sk.cross_entropy_launch(dtype, label_dtype, shape, axis, reduction),
-                 {"out": got, "in": x, "label": label, "status": status})
-        assert status[0] == 0, what
+        op = SoftmaxCrossEntropy(axis, reduction)
+        (want,) = _cpu(op, x, label)
+        (got,), plan = _run(op, x, label)
+        assert len(plan.checks) == 1, what  # the labels' status word
         _close(got, want, dtype, what)
         dy = rng.normal(size=want.shape).astype(dtype)
-        (want,) = _cpu(SoftmaxCrossEntropyBackward(axis, reduction), x, label, dy)
-        got = np.full(x.shape, 7, dtype)
-        host.run(sk.cross_entropy_backward_launch(dtype, label_dtype, shape, axis, reduction),
-                 {"out": got, "in": x, "label": label, "dy": np.ascontiguousarray(dy),
-                  "status": status})
-        assert status[0] == 0, what
+        op = SoftmaxCrossEntropyBackward(axis, reduction)
+        (want,) = _cpu(op, x, label, dy)
+        (got,), _ = _run(op, x, label, dy)
         _close(got, want, dtype, "gradient of " + what)
 
 
@@ -597,42 +585,60 @@ def test_cross_entropy_gradient_of_another_dy_dtype(host):
     label = _label(I32, (8, 5), 1, rng)
     for reduction, dy in [("none", rng.normal(size=8).astype(F16)),
                           ("mean", np.array(3.7, F16))]:
-        (want,) = _cpu(SoftmaxCrossEntropyBackward(1, reduction), x, label, dy)
-        got, status = np.empty_like(x), np.zeros(1, np.int32)
-        plan = sk.cross_entropy_backward_launch(F32, I32, x.shape, 1, reduction, dy_dtype=F16)
-        host.run(plan, {"out": got, "in": x, "label": label, "dy": dy, "status": status})
+        op = SoftmaxCrossEntropyBackward(1, reduction)
+        (want,) = _cpu(op, x, label, dy)
+        (got,), plan = _run(op, x, label, dy)
+        assert plan.launches[0].kernel.name.endswith("_dy_f16")
         _close(got, want, F32, f"gradient ({reduction}) from a float16 dy")
 
 
-def test_a_label_out_of_range_sets_the_status(host):
-    x = np.zeros((4, 3), F32)
-    for bad in (3, -1):
-        label = np.array([0, 1, bad, 2], I32)
-        with pytest.raises(IndexError, match="out of range"):
-            _cpu(SoftmaxCrossEntropy(1), x, label)
-        for reduction in sk.REDUCTIONS:
-            status = np.zeros(1, np.int32)
-            out = np.empty(4 if reduction == "none" else (), F32)
-            host.run(sk.cross_entropy_launch(F32, I32, x.shape, 1, reduction),
-                     {"out": out, "in": x, "label": label, "status": status})
-            assert status[0] == 1
-            assert np.isnan(out).any()
-            status[0] = 0
-            host.run(sk.cross_entropy_backward_launch(F32, I32, x.shape, 1, reduction),
-                     {"out": np.empty_like(x), "in": x, "label": label,
-                      "dy": np.ones(4 if reduction == "none" else (), F32), "status": status})
-            assert status[0] == 1
+def _cpu_error(op, *arrays):
+    with pytest.raises(IndexError) as e:
+        _cpu(op, *arrays)
+    return str(e.value)
+
+
+@pytest.mark.parametrize("case", [((4, 3), 1, I32, 3), ((4, 3), 1, I32, -1), ((2, 3, 5), 1, I64, 7),
+                                  ((3, 2), 0, U8, 200), ((4, 3), 1, I16, -300)],
+                         ids=lambda c: f"{c[0]}-{c[3]}")
+def test_a_label_out_of_range_raises_the_cpu_kernels_error_through_the_check(host, case):
+    shape, axis, label_dtype, bad = case
+    rng = _rng("bad label", shape, bad)
+    x = _logits(F32, shape, rng)
+    label = _label(label_dtype, shape, axis, rng)
+    label.flat[label.size // 2] = bad
+    for reduction in sk.REDUCTIONS:
+        op = SoftmaxCrossEntropy(axis, reduction)
+        message = _cpu_error(op, x, label)
+        assert "out of range" in message and str(bad) in message
+        with pytest.raises(IndexError) as e:
+            _run(op, x, label)
+        assert str(e.value) == message, reduction
+        dy = np.ones(label.shape if reduction == "none" else (), F32)
+        op = SoftmaxCrossEntropyBackward(axis, reduction)
+        message = _cpu_error(op, x, label, dy)
+        with pytest.raises(IndexError) as e:
+            _run(op, x, label, dy)
+        assert str(e.value) == message, f"backward {reduction}"
+
+
+def test_no_classes_make_every_label_out_of_range(host):
+    x, label = np.zeros((3, 0), F32), np.zeros(3, I32)
+    op = SoftmaxCrossEntropyBackward(1)
+    message = _cpu_error(op, x, label, np.ones(3, F32))
+    with pytest.raises(IndexError) as e:
+        _run(op, x, label, np.ones(3, F32))
+    assert str(e.value) == message
 
 
 def test_the_mean_loss_of_no_samples_is_nan(host):
     x = np.zeros((0, 4), F32)
     label = np.zeros(0, I32)
-    (want,) = _cpu(SoftmaxCrossEntropy(1, "mean"), x, label)
-    got, status = np.zeros((), F32), np.zeros(1, np.int32)
-    plan = sk.cross_entropy_launch(F32, I32, x.shape, 1, "mean")
-    assert len(plan.launches) == 1  # only the total: there is no sample
-    host.run(plan, {"out": got, "in": x, "label": label, "status": status})
-    assert np.isnan(got) and np.isnan(want) and status[0] == 0
+    op = SoftmaxCrossEntropy(1, "mean")
+    (want,) = _cpu(op, x, label)
+    (got,), plan = _run(op, x, label)
+    assert len(plan.launches) == 1 and not plan.checks  # only the total: there is no sample
+    assert np.isnan(got) and np.isnan(want)
 
 
 # -- plans and the host emulation -----------------------------------------------------------------
@@ -650,45 +656,54 @@ def test_block_shapes_read_coalesced_and_fill_the_block():
 
 
 def test_plans_split_long_rows_of_few_outputs_and_not_many_short_ones():
-    plan = rk.reduce_launch("sum", F32, (2, 10 ** 6), 1)
+    x = Layout((2, 10 ** 6), F32)
+    plan = rk.PLANS[Reduce](Reduce("sum", 1), [x], [Layout((2,), F32)])
     first, second = plan.launches
     assert first.kernel.name.endswith("_partial") and second.kernel.name.endswith("_final")
     splits = first.grid[1]
-    assert splits > 1 and plan.workspace == (splits * 2 * 4,)
-    assert second.args[:5] == ("out", "ws0", 1, splits, 2)  # the workspace as (1, splits, m)
+    assert splits > 1 and plan.workspace == splits * 2 * 4 and not plan.checks
+    assert first.args[:2] == (Buf("ws"), Buf("in0"))
+    # the workspace as (1, splits, m)
+    assert second.args[:5] == (Buf("out0"), Buf("ws"), 1, splits, 2)
+    assert all(isinstance(a, (Buf, np.int64)) for a in second.args)
     plan = rk.reduce_launch("sum", F32, (10 ** 5, 8), 1)
     (only,) = plan.launches
     assert only.grid == (10 ** 5 * 8 // 256, 1, 1) and only.block == (32, 8, 1)
-    assert only.shared == 256 * 4
-    assert len(rk.cumsum_launch(F32, (10 ** 6,), 0).launches) == 3
+    assert only.shared_bytes == 256 * 4 and plan.workspace == 0
+    long_scan = rk.cumsum_launch(F32, (10 ** 6,), 0)
+    totals, carries, chunks = long_scan.launches
+    assert chunks.args[6] == carries.args[0] != totals.args[0]  # two workspace arrays
+    assert long_scan.workspace >= 2 * totals.grid[1] * 4
     assert len(rk.cumsum_launch(F32, (1000, 1000), 1).launches) == 1
-    assert rk.reduce_launch("argmax", F64, (3, 5), 0).launches[0].shared == 256 * 16
+    assert rk.reduce_launch("argmax", F64, (3, 5), 0).launches[0].shared_bytes == 256 * 16
+
+
+def _on_one_block(plan):
+    # the plan with each launch's grid cut to one block in x (y is the split's chunk: kept)
+    steps = tuple(dataclasses.replace(s, grid=(1,) + s.grid[1:]) if isinstance(s, Launch) else s
+                  for s in plan.steps)
+    return dataclasses.replace(plan, steps=steps)
 
 
 def test_any_grid_covers_the_work(host):
     # the plan's grid is a choice: a smaller one (a device's limit) gives the same bits
     x = _values(F32, (700, 3), _rng("grid"))
-    for plan, out_shape, dtype in [(rk.reduce_launch("sum", F32, x.shape, 1), (700,), F32),
-                                   (rk.cumsum_launch(F32, x.shape, 1), x.shape, F32),
-                                   (sk.softmax_launch(F32, x.shape, 1), x.shape, F32)]:
-        full, small = np.empty(out_shape, dtype), np.empty(out_shape, dtype)
-        host.run(plan, {"out": full, "in": x})
-        host.run(plan, {"out": small, "in": x}, grid=(1, 1, 1))
-        assert plan.launches[0].grid[0] > 1
-        np.testing.assert_array_equal(small, full)
+    for op in (Reduce("sum", 1), CumSum(1), Softmax(1), Argmax(1), TopK(2)):
+        (full, *_), plan = _run(op, x)
+        (small, *_), _ = _run(op, x, plan=_on_one_block(plan))
+        assert plan.launches[0].grid[0] > 1, op
+        np.testing.assert_array_equal(small, full, err_msg=str(op))
 
 
 def test_the_host_refuses_a_launch_with_too_little_shared_memory(host):
-    launch = rk.reduce_launch("sum", F32, (3, 100), 1).launches[0]
-    fn = host.library.function(launch.kernel.name, [Host._argtype(p) for p in launch.kernel.params])
-    out = np.full(3, -1.0, F32)
     x = np.ones((3, 100), F32)
-    host.launch(launch.grid[0], 1, 1, launch.block[0], launch.block[1], 1, launch.shared - 4)
-    fn(out.ctypes.data, x.ctypes.data, 3, 100, 1, 100, 100)
-    assert host.error.value == 1 and (out == -1).all()  # refused, nothing written
-    host.launch(launch.grid[0], 1, 1, launch.block[0], launch.block[1], 1, launch.shared)
-    fn(out.ctypes.data, x.ctypes.data, 3, 100, 1, 100, 100)
-    assert host.error.value == 0 and (out == 100).all()
+    (got,), plan = _run(Reduce("sum", 1), x)
+    assert (got == 100).all()
+    (launch,) = plan.steps
+    short = dataclasses.replace(plan, steps=(dataclasses.replace(
+        launch, shared_bytes=launch.shared_bytes - 4),))
+    with pytest.raises(AssertionError, match="more dynamic shared memory"):
+        _run(Reduce("sum", 1), x, plan=short)
 
 
 def test_reduce_view_merges_adjacent_axes():
@@ -699,6 +714,15 @@ def test_reduce_view_merges_adjacent_axes():
     assert rk.reduce_view((), None) == (1, 1, 1)
     assert rk.reduce_view((5, 1), 1) == (5, 1, 1)
     assert rk.reduce_view((2, 3, 4), -1) == (6, 4, 1)
+
+
+def test_every_op_of_the_family_has_a_plan_and_none_reads_strides():
+    assert set(rk.PLANS) == {Reduce, Argmax, Argmin, CumSum, Argsort, TopK}
+    assert set(sk.PLANS) == {Softmax, LogSoftmax, SoftmaxCrossEntropy,
+                             SoftmaxCrossEntropyBackward}
+    assert rk.STRIDED == sk.STRIDED == frozenset()
+    for fn in PLANS.values():
+        assert fn.__doc__ or fn.__name__.startswith("_plan_")
 
 
 # -- errors ---------------------------------------------------------------------------------------
@@ -714,8 +738,8 @@ def test_bad_modes_dtypes_and_axes_are_refused_by_name():
         rk.reduce_kernel("mean", I8, out_dtype=I8)
     with pytest.raises(TypeError, match=r"Argmax kernel: unsupported dtype uint32"):
         rk.reduce_launch("argmax", "uint32", (3,), 0)
-    with pytest.raises(ValueError, match=r"Reduce\('sum'\).*axes \(0, 2\) of shape \(2, 3, 4\) "
-                                         r"are not adjacent"):
+    with pytest.raises(NotImplementedError, match=r"Reduce\('sum'\).*axes \(0, 2\) of shape "
+                                                  r"\(2, 3, 4\) are not adjacent"):
         rk.reduce_launch("sum", F32, (2, 3, 4), (0, 2))
     with pytest.raises(ValueError, match=r"axis 3 is out of range.*\(2, 3\)"):
         rk.reduce_launch("max", F32, (2, 3), 3)
@@ -735,5 +759,38 @@ def test_bad_modes_dtypes_and_axes_are_refused_by_name():
     with pytest.raises(ValueError, match=r"SoftmaxCrossEntropy: axis 2 is out of range for "
                                          r"logits of shape \(4, 3\)"):
         sk.cross_entropy_launch(F32, I32, (4, 3), 2)
-    with pytest.raises(ValueError, match=r"LogSoftmax.*not adjacent"):
+    with pytest.raises(NotImplementedError, match=r"LogSoftmax.*not adjacent"):
         sk.softmax_launch(F32, (2, 3, 4), (0, 2), log=True)
+
+
+def test_plans_refuse_layouts_that_do_not_fit_the_op():
+    x, x3 = Layout((4, 3), F32), Layout((2, 3, 4), F32)
+    with pytest.raises(ValueError, match=r"Reduce.max: cannot take the min/max over an empty "
+                                         r"axis \(input shapes: \(3, 0\); dtypes: float32\)"):
+        rk.PLANS[Reduce](Reduce("max", 1), [Layout((3, 0), F32)], [Layout((3,), F32)])
+    with pytest.raises(ValueError, match=r"Argmin: cannot take the arg-extremum over an empty"):
+        rk.PLANS[Argmin](Argmin(0), [Layout((0, 2), F32)], [Layout((2,), I32)])
+    with pytest.raises(NotImplementedError, match=r"Reduce.sum.*\(0, 2\) of shape \(2, 3, 4\)"):
+        rk.PLANS[Reduce](Reduce("sum", (0, 2)), [x3], [Layout((3,), F32)])
+    with pytest.raises(TypeError, match=r"Reduce.sum: expects 1 input\(s\) and 1 output\(s\), "
+                                        r"got 2 and 1"):
+        rk.PLANS[Reduce](Reduce("sum"), [x, x], [Layout((), F32)])
+    with pytest.raises(ValueError, match=r"CumSum: output 0 is \(4, 3\) float32, the op gives "
+                                         r"12 elements of int32"):
+        rk.PLANS[CumSum](CumSum(0), [Layout((4, 3), B)], [x])
+    with pytest.raises(TypeError, match=r"TopK kernel: unsupported dtype complex64"):
+        rk.PLANS[TopK](TopK(2), [Layout((4, 3), "complex64")],
+                       [Layout((4, 2), "complex64"), Layout((4, 2), I32)])
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropy: label must have shape \(4,\) "
+                                         r".*got \(3,\) \(input shapes: \(4, 3\), \(3,\)"):
+        sk.PLANS[SoftmaxCrossEntropy](SoftmaxCrossEntropy(1), [x, Layout((3,), I32)],
+                                      [Layout((4,), F32)])
+    with pytest.raises(ValueError, match=r"SoftmaxCrossEntropyBackward: dy must have shape \(\) "
+                                         r"\(reduction 'mean'\), got \(4,\)"):
+        sk.PLANS[SoftmaxCrossEntropyBackward](
+            SoftmaxCrossEntropyBackward(1, "mean"), [x, Layout((4,), I32), Layout((4,), F32)],
+            [x])
+    with pytest.raises(ValueError, match=r"LogSoftmax: the output is \(4, 3\) float64"):
+        sk.PLANS[LogSoftmax](LogSoftmax(1), [x], [Layout((4, 3), F64)])
+    with pytest.raises(TypeError, match=r"Softmax kernel: unsupported input dtype int32"):
+        sk.PLANS[Softmax](Softmax(1), [Layout((4, 3), I32)], [Layout((4, 3), I32)])

@@ -54,6 +54,22 @@ gz, bx, by, bz, shared_bytes)`` before a call; on the host a kernel that would u
 shared memory than the plan gave sets ``mge_host_error`` and does nothing, and shared memory
 starts as 0xff bytes (a read of an element never written shows).
 
+**Plans** (``launch.py``'s format, the one of every family).  ``PLANS`` maps ``Reduce``,
+``Argmax``, ``Argmin``, ``CumSum``, ``Argsort`` and ``TopK`` to ``plan(op, ins, outs) ->
+launch.Plan``; the lower-level ``reduce_launch``/``cumsum_launch``/``argsort_launch``/
+``topk_launch`` (buffers ``"in0"``, ``"out0"``/``"out1"`` by default) build them.  A plan is one
+tile launch, or for split rows the partial and final launches (``Reduce``; an accumulator array
+of ``splits * m`` in the workspace ``"ws"``) or three launches (``CumSum``: the chunk sums and
+their scanned carries, two arrays in the workspace).  ``STRIDED`` is empty: every kernel
+addresses a dense ``(outer, n, inner)`` view, so the device makes strided inputs dense first (one
+relayout copy; reading strides in the tile loops would cost an index division per element and
+break the coalesced rows).  These kernels find no bad data, so their plans have no ``Check``;
+what the plan sees from shapes, dtypes and the op's parameters it raises itself, naming the op,
+shapes and dtypes: a ``TypeError`` for a dtype, a ``ValueError`` for an axis out of range, a
+min/max or arg-extremum over an empty axis, a bad ``k``; a ``NotImplementedError`` for what the
+kernels do not do (axes that are not adjacent -- no transposing copy step yet -- and rows of
+more than ``MAX_SORT`` to sort).
+
 Accumulators: float for float16 and float32, double for float64; integer sums, products and
 squares wrap as numpy's (and the CPU kernel's) do, computed in an unsigned type of 32 or 64 bits
 and truncated to the output (the same bits modulo ``2**bits``); the mean of integers is an exact
@@ -62,20 +78,24 @@ device's is written in ``DIFFERENCES``.
 """
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from ....ops.reduce import REDUCE_MODES, cumsum_dtype, normalize_axes, reduce_dtype
+from ....ops.reduce import (
+    REDUCE_MODES, Argmax, Argmin, Argsort, CumSum, Reduce, TopK, cumsum_dtype, normalize_axes,
+    reduce_dtype,
+)
+from ..backend import parse_param
 from .block import BLOCK_PARTS
+from .launch import Buf, Launch, Plan, Workspace
 from .elemwise import (
     _PRELUDE, _TYPES, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program,
 )
 
-__all__ = ["reduce_kernel", "total_kernel", "cumsum_kernel", "reduce_launch", "cumsum_launch",
-           "reduce_view", "block_shape", "topk_kernel", "topk_launch", "argsort_launch", "Launch",
-           "Plan", "REDUCE_KERNEL_MODES", "STAGES", "THREADS", "MAX_SORT", "DIFFERENCES",
-           "NVRTC_OPTIONS", "program"]
+__all__ = ["PLANS", "STRIDED", "reduce_kernel", "total_kernel", "cumsum_kernel", "reduce_launch",
+           "cumsum_launch", "reduce_view", "block_shape", "launch_args", "check_layouts",
+           "topk_kernel", "topk_launch", "argsort_launch", "REDUCE_KERNEL_MODES", "STAGES",
+           "THREADS", "MAX_SORT", "DIFFERENCES", "NVRTC_OPTIONS", "program"]
 
 #: NVRTC flags (as elemwise's: no contraction, so float arithmetic rounds as written).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -550,31 +570,6 @@ def _scan_kernel(d, raw):
 
 # -- launch plans ---------------------------------------------------------------------------------
 
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch: ``kernel`` on a ``grid`` of ``block`` threads (both (x, y, z)) with
-    ``shared`` bytes of dynamic shared memory.  ``args`` are its parameters in order: a buffer by
-    name ("out", "in", the op's other inputs, or "ws0", "ws1"... for the plan's workspaces), None
-    for a NULL pointer, or a scalar (int or float) of the parameter's C type."""
-
-    kernel: KernelSource
-    grid: tuple
-    block: tuple
-    shared: int
-    args: tuple
-
-
-@dataclass(frozen=True)
-class Plan:
-    """How to run an op: ``launches`` in order (on one stream), ``workspace`` the byte sizes of
-    the scratch buffers "ws0", "ws1"... they use (allocated for the plan, freed after it), and
-    ``view`` the ``(outer, n, inner)`` the input was seen as.  No launches: the output is empty."""
-
-    launches: tuple
-    workspace: tuple
-    view: tuple
-
-
 def _pow2_at_least(v):
     return 1 << max(0, int(v) - 1).bit_length()
 
@@ -591,7 +586,8 @@ def block_shape(n, inner, threads=THREADS):
 def reduce_view(shape, axis, what="Reduce"):
     """``(outer, n, inner)`` of a C-contiguous array of ``shape`` reduced over ``axis`` (an int,
     a tuple, or None for all): the reduced axes must be adjacent once size-1 dims are dropped
-    (else a ``ValueError`` naming the op and the shape: transpose them together first)."""
+    (else a ``NotImplementedError`` naming the op, the shape and the axes: a limitation of the
+    kernels, not bad input); an axis out of range or repeated is a ``ValueError``."""
     shape = tuple(int(s) for s in shape)
     axes = normalize_axes(axis if not isinstance(axis, list) else tuple(axis), len(shape))
     if axes is None:
@@ -601,8 +597,9 @@ def reduce_view(shape, axis, what="Reduce"):
     if big and big[-1] - big[0] + 1 != len(big):
         between = [a for a in range(big[0], big[-1]) if a not in axes and shape[a] != 1]
         if between:
-            raise ValueError(f"CUDA {what}: axes {axes} of shape {shape} are not adjacent (the "
-                             f"kernels reduce one run of axes; transpose them together first)")
+            raise NotImplementedError(
+                f"CUDA {what}: axes {axes} of shape {shape} are not adjacent (the kernels "
+                f"reduce one run of axes; transpose them together first)")
     if not big:
         outer = math.prod(shape)
         return outer, 1, 1
@@ -622,55 +619,85 @@ def _splits(m, n, tx, ty):
     return int(min(-(-_TARGET_BLOCKS // tiles), n // (ty * _MIN_PER_THREAD), _MAX_GRID_Y))
 
 
+def launch_args(kernel, args):
+    """``args`` as ``launch.Launch`` takes them for ``kernel``'s parameters: a pointer a ``Buf``
+    or ``None`` (NULL), a scalar an int converted to the parameter's numpy type."""
+    params = [parse_param(p) for p in kernel.params]
+    if len(params) != len(args):
+        raise TypeError(f"CUDA {kernel.name}: {len(args)} arguments for {len(params)} "
+                        f"parameters")
+    out = []
+    for p, a in zip(params, args):
+        if p.kind == "pointer":
+            if a is not None and not isinstance(a, Buf):
+                raise TypeError(f"CUDA {kernel.name}: parameter {p.decl!r} takes a Buf, got {a!r}")
+            out.append(a)
+        else:
+            out.append(p.dtype.type(a))
+    return tuple(out)
+
+
 def _tile_launch(kernel, m, n, inner, splits, args, shared_per_thread, extra_per_tx=0):
     # a tile kernel over m outputs of rows of n: shared memory per thread and per column (tx)
     tx, ty = block_shape(n, inner)
     tiles = -(-m // tx)
     grid = (int(min(tiles, _MAX_GRID_X)), int(splits), 1)
     shared = shared_per_thread * tx * ty + extra_per_tx * tx
-    return Launch(kernel, grid, (tx, ty, 1), shared, tuple(args))
+    return Launch(kernel, grid, (tx, ty, 1), launch_args(kernel, args), shared)
 
 
-def reduce_launch(mode, in_dtype, shape, axis=None):
-    """The ``Plan`` of ``Reduce(mode)`` (or "argmax"/"argmin") of a C-contiguous ``in_dtype``
-    array of ``shape`` over ``axis``: a "full" kernel, or for few outputs of long rows a "partial"
-    kernel over ``gridDim.y`` chunks into workspace "ws0" and a "final" one over it."""
+def _view_note(view):
+    return f"(outer, n, inner) = {tuple(int(v) for v in view)}"
+
+
+def reduce_launch(mode, in_dtype, shape, axis=None, src=Buf("in0"), dst=Buf("out0")):
+    """The ``launch.Plan`` of ``Reduce(mode)`` (or "argmax"/"argmin") of a C-contiguous
+    ``in_dtype`` array of ``shape`` at ``src`` over ``axis`` into ``dst``: a "full" kernel, or for
+    few outputs of long rows a "partial" kernel over ``gridDim.y`` chunks into the workspace and a
+    "final" one over it.  Axes that are not adjacent raise ``NotImplementedError`` (see
+    ``reduce_view``)."""
     mode = _reduce_mode(mode)
     d = _dtype(f"{_op_name(mode)} kernel", in_dtype)
-    outer, n, inner = reduce_view(shape, axis, _op_name(mode))
+    outer, n, inner = view = reduce_view(shape, axis, _op_name(mode))
     m = outer * inner
     if mode in ("argmax", "argmin") and n >= 2 ** 31:
         raise ValueError(f"CUDA {_op_name(mode)}: an axis of {n} elements (shape "
                          f"{tuple(shape)}) has indices beyond int32")
     if m == 0:
-        return Plan((), (), (outer, n, inner))
+        return Plan((), notes=(_view_note(view), "no outputs"))
     size = _acc_itemsize(_acc(mode, d))
     tx, ty = block_shape(n, inner)
     splits = _splits(m, n, tx, ty)
     if splits == 1:
         launch = _tile_launch(reduce_kernel(mode, d), m, n, inner, 1,
-                              ("out", "in", outer, n, inner, n, n), size)
-        return Plan((launch,), (), (outer, n, inner))
+                              (dst, src, outer, n, inner, n, n), size)
+        return Plan((launch,), notes=(_view_note(view),))
     chunk = -(-n // splits)
     splits = -(-n // chunk)
+    ws = Workspace()
+    partial = ws.add(splits * m * size)  # the accumulators, seen as (1, splits, m)
     first = _tile_launch(reduce_kernel(mode, d, stage="partial"), m, n, inner, splits,
-                         ("ws0", "in", outer, n, inner, chunk, n), size)
+                         (partial, src, outer, n, inner, chunk, n), size)
     second = _tile_launch(reduce_kernel(mode, d, stage="final"), m, splits, m, 1,
-                          ("out", "ws0", 1, splits, m, splits, n), size)
-    return Plan((first, second), (splits * m * size,), (outer, n, inner))
+                          (dst, partial, 1, splits, m, splits, n), size)
+    return Plan((first, second), ws.size,
+                notes=(_view_note(view), f"rows split in {splits} chunks of {chunk}"))
 
 
-def cumsum_launch(in_dtype, shape, axis, exclusive=False, reverse=False):
-    """The ``Plan`` of ``CumSum(axis, exclusive, reverse)`` of a C-contiguous ``in_dtype`` array
-    of ``shape``: one scan kernel, or for few long columns three launches (chunk sums into "ws0",
-    their exclusive scan into "ws1", the chunks' scans from it)."""
+def cumsum_launch(in_dtype, shape, axis, exclusive=False, reverse=False, src=Buf("in0"),
+                  dst=Buf("out0")):
+    """The ``launch.Plan`` of ``CumSum(axis, exclusive, reverse)`` of a C-contiguous ``in_dtype``
+    array of ``shape`` at ``src`` into ``dst``: one scan kernel, or for few long columns three
+    launches (the chunk sums into the workspace, their exclusive scan, the chunks' scans from
+    it)."""
     d = _dtype("CumSum kernel", in_dtype)
     if not isinstance(axis, (int, np.integer)) or isinstance(axis, bool):
-        raise TypeError(f"CUDA CumSum: axis must be an int, got {axis!r}")
-    outer, n, inner = reduce_view(shape, int(axis), "CumSum")
+        raise TypeError(f"CUDA CumSum: axis must be an int, got {axis!r} (shape "
+                        f"{tuple(shape)}, dtype {d})")
+    outer, n, inner = view = reduce_view(shape, int(axis), "CumSum")
     m = outer * inner
     if m == 0 or n == 0:
-        return Plan((), (), (outer, n, inner))
+        return Plan((), notes=(_view_note(view), "no outputs"))
     size = _acc_itemsize(_sum_acc(d))
     flags = (int(bool(exclusive)), int(bool(reverse)))
     scan = cumsum_kernel(d)
@@ -678,20 +705,22 @@ def cumsum_launch(in_dtype, shape, axis, exclusive=False, reverse=False):
     splits = _splits(m, n, tx, ty)
     if splits == 1:
         launch = _tile_launch(scan, m, n, inner, 1,
-                              ("out", "in", outer, n, inner, n, None, *flags), 2 * size, size)
-        return Plan((launch,), (), (outer, n, inner))
+                              (dst, src, outer, n, inner, n, None, *flags), 2 * size, size)
+        return Plan((launch,), notes=(_view_note(view),))
     chunk = -(-n // splits)
     splits = -(-n // chunk)
+    ws = Workspace()
+    sums, carries = ws.add(splits * m * size), ws.add(splits * m * size)
     # (Reduce's sum accumulates as CumSum does: bool and integers in 32 or 64 unsigned bits)
     totals = _tile_launch(reduce_kernel("sum", d, stage="partial"), m, n, inner, splits,
-                          ("ws0", "in", outer, n, inner, chunk, n), size)
-    carries = _tile_launch(_raw_scan_kernel(d), m, splits, m, 1,
-                           ("ws1", "ws0", 1, splits, m, splits, None, 1, flags[1]), 2 * size,
+                          (sums, src, outer, n, inner, chunk, n), size)
+    scanned = _tile_launch(_raw_scan_kernel(d), m, splits, m, 1,
+                           (carries, sums, 1, splits, m, splits, None, 1, flags[1]), 2 * size,
                            size)
     chunks = _tile_launch(scan, m, n, inner, splits,
-                          ("out", "in", outer, n, inner, chunk, "ws1", *flags), 2 * size, size)
-    return Plan((totals, carries, chunks), (splits * m * size, splits * m * size),
-                (outer, n, inner))
+                          (dst, src, outer, n, inner, chunk, carries, *flags), 2 * size, size)
+    return Plan((totals, scanned, chunks), ws.size,
+                notes=(_view_note(view), f"columns split in {splits} chunks of {chunk}"))
 
 
 # -- Argsort and TopK: a bitonic sort within a block ----------------------------------------------
@@ -844,7 +873,7 @@ def _topk_kernel(d):
     return KernelSource(name, parts, params, True, 64, 1)
 
 
-def _sort_plan(what, d, shape, k, descending, mode):
+def _sort_plan(what, d, shape, k, descending, mode, src, values, indices):
     kernel = _topk_kernel(_dtype(f"{what} kernel", d))
     shape = tuple(int(s) for s in shape)
     if not shape:
@@ -856,34 +885,122 @@ def _sort_plan(what, d, shape, k, descending, mode):
                                   f"elements in one block; the last axis of shape {shape} has "
                                   f"{n}")
     if rows == 0 or n == 0:
-        return Plan((), (), (rows, n, 1))
+        return Plan((), notes=(f"{rows} rows of {n}: no outputs",))
     seg = max(2, _pow2_at_least(n))
     elements = max(seg, 512)  # several short rows a block: 256 threads, or 512 for 1024
     threads = elements // 2
     groups = -(-rows // (elements // seg))
-    launch = Launch(kernel, (int(min(groups, _MAX_GRID_X)), 1, 1), (threads, 1, 1),
-                    elements * _acc_itemsize(f"mge_argpair<{_compute_ctype(np.dtype(d))}>"),
-                    ("values", "indices", "in", rows, n, k, seg, int(bool(descending)), mode))
-    return Plan((launch,), (), (rows, n, 1))
+    args = launch_args(kernel, (values, indices, src, rows, n, k, seg, int(bool(descending)),
+                                mode))
+    launch = Launch(kernel, (int(min(groups, _MAX_GRID_X)), 1, 1), (threads, 1, 1), args,
+                    elements * _acc_itemsize(f"mge_argpair<{_compute_ctype(np.dtype(d))}>"))
+    return Plan((launch,), notes=(f"{rows} rows of {n} padded to {seg}, "
+                                  f"{elements // seg} a block",))
 
 
-def argsort_launch(in_dtype, shape, descending=False):
-    """The ``Plan`` of ``Argsort(descending)`` of a C-contiguous array of ``shape`` (sorted along
-    its last axis, of at most ``MAX_SORT`` elements: beyond, a ``NotImplementedError``): one
-    launch writing "values" and "indices" (int32)."""
+def argsort_launch(in_dtype, shape, descending=False, src=Buf("in0"), values=Buf("out0"),
+                   indices=Buf("out1")):
+    """The ``launch.Plan`` of ``Argsort(descending)`` of a C-contiguous array of ``shape`` at
+    ``src`` (sorted along its last axis, of at most ``MAX_SORT`` elements: beyond, a
+    ``NotImplementedError``): one launch writing ``values`` and ``indices`` (int32)."""
     n = int(shape[-1]) if len(shape) else 0
-    return _sort_plan("Argsort", in_dtype, shape, n, descending, _SORTED)
+    return _sort_plan("Argsort", in_dtype, shape, n, descending, _SORTED, src, values, indices)
 
 
-def topk_launch(in_dtype, shape, k, descending=False, kth_only=False, no_sort=False):
-    """The ``Plan`` of ``TopK(k, descending, kth_only, no_sort)`` of a C-contiguous array of
-    ``shape`` (along its last axis, of at most ``MAX_SORT`` elements): one launch writing "values"
-    and "indices" (int32) of the op's output shape (``k`` clipped to the axis)."""
+def topk_launch(in_dtype, shape, k, descending=False, kth_only=False, no_sort=False,
+                src=Buf("in0"), values=Buf("out0"), indices=Buf("out1")):
+    """The ``launch.Plan`` of ``TopK(k, descending, kth_only, no_sort)`` of a C-contiguous array
+    of ``shape`` at ``src`` (along its last axis, of at most ``MAX_SORT`` elements): one launch
+    writing ``values`` and ``indices`` (int32) of the op's output shape (``k`` clipped to the
+    axis)."""
     if not isinstance(k, (int, np.integer)) or isinstance(k, bool) or k < 1:
-        raise ValueError(f"CUDA TopK: k must be a positive int, got {k!r}")
+        raise ValueError(f"CUDA TopK: k must be a positive int, got {k!r} (shape "
+                         f"{tuple(shape)})")
     n = int(shape[-1]) if len(shape) else 0
     if kth_only and n == 0:
         raise ValueError(f"CUDA TopK: kth_only needs a non-empty last axis (shape "
                          f"{tuple(shape)})")
     mode = _KTH_ONLY if kth_only else _NO_SORT if no_sort else _SORTED
-    return _sort_plan("TopK", in_dtype, shape, min(int(k), n), descending, mode)
+    return _sort_plan("TopK", in_dtype, shape, min(int(k), n), descending, mode, src, values,
+                      indices)
+
+
+# -- PLANS: op -> plan ----------------------------------------------------------------------------
+
+def _describe(layouts):
+    return (f"input shapes: {', '.join(str(x.shape) for x in layouts)}; dtypes: "
+            f"{', '.join(str(x.dtype) for x in layouts)}")
+
+
+def check_layouts(op, ins, outs, nin, nout):
+    """``ins``/``outs`` of a plan function checked against the op's ``nin`` inputs and ``nout``
+    outputs (a ``TypeError`` naming the op, shapes and dtypes)."""
+    if len(ins) != nin or len(outs) != nout:
+        raise TypeError(f"CUDA {op.name}: expects {nin} input(s) and {nout} output(s), got "
+                        f"{len(ins)} and {len(outs)} ({_describe(ins)})")
+
+
+def _check_outs(op, ins, outs, want):
+    # the outputs the op's rule gives (sizes and dtypes: the plan writes them dense)
+    for k, (o, (size, dtype)) in enumerate(zip(outs, want)):
+        if o.size != size or o.dtype != dtype:
+            raise ValueError(f"CUDA {op.name}: output {k} is {o.shape} {o.dtype}, the op gives "
+                             f"{size} elements of {dtype} ({_describe(ins)})")
+
+
+def _reduced(op, x, axis, what):
+    outer, n, inner = reduce_view(x.shape, axis, op.name)
+    if n == 0 and x.size == 0 and what:
+        raise ValueError(f"CUDA {op.name}: cannot take the {what} over an empty axis "
+                         f"({_describe([x])})")
+    return outer * inner
+
+
+def _plan_reduce(op, ins, outs):
+    check_layouts(op, ins, outs, 1, 1)
+    (x,) = ins
+    m = _reduced(op, x, op.axis, "min/max" if op.mode in ("max", "min") else None)
+    _check_outs(op, ins, outs, [(m, _out_dtype(op.mode, _dtype(op.name, x.dtype)))])
+    return reduce_launch(op.mode, x.dtype, x.shape, op.axis)
+
+
+def _plan_arg(mode):
+    def plan(op, ins, outs):
+        check_layouts(op, ins, outs, 1, 1)
+        (x,) = ins
+        m = _reduced(op, x, op.axis, "arg-extremum")
+        _check_outs(op, ins, outs, [(m, _I32)])
+        return reduce_launch(mode, x.dtype, x.shape, op.axis)
+    plan.__doc__ = f"The plan of ``{mode.capitalize()}`` (``PLANS``)."
+    return plan
+
+
+def _plan_cumsum(op, ins, outs):
+    check_layouts(op, ins, outs, 1, 1)
+    (x,) = ins
+    _check_outs(op, ins, outs, [(x.size, cumsum_dtype(_dtype(op.name, x.dtype)))])
+    return cumsum_launch(x.dtype, x.shape, op.axis, op.exclusive, op.reverse)
+
+
+def _plan_argsort(op, ins, outs):
+    check_layouts(op, ins, outs, 1, 2)
+    (x,) = ins
+    _check_outs(op, ins, outs, [(x.size, x.dtype), (x.size, _I32)])
+    return argsort_launch(x.dtype, x.shape, op.descending)
+
+
+def _plan_topk(op, ins, outs):
+    check_layouts(op, ins, outs, 1, 2)
+    (x,) = ins
+    plan = topk_launch(x.dtype, x.shape, op.k, op.descending, op.kth_only, op.no_sort)
+    size = math.prod(x.shape[:-1]) * (1 if op.kth_only else min(int(op.k), x.shape[-1]))
+    _check_outs(op, ins, outs, [(size, x.dtype), (size, _I32)])
+    return plan
+
+
+#: ``op class -> plan(op, ins, outs)`` (``launch.Layout`` lists) -> ``launch.Plan``.
+PLANS = {Reduce: _plan_reduce, Argmax: _plan_arg("argmax"), Argmin: _plan_arg("argmin"),
+         CumSum: _plan_cumsum, Argsort: _plan_argsort, TopK: _plan_topk}
+
+#: The op classes whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()

@@ -18,25 +18,40 @@ file this is the usual price of a stable softmax without a workspace.  float16 c
 and float64 in double, as the CPU kernels (``device/cpu/kernels/nn.py``) do.
 
 ``SoftmaxCrossEntropy`` with ``reduction="sum"``/``"mean"`` writes each sample's loss (in the
-accumulation type) to a workspace and reduces it with ``reduce.py``'s ``total_kernel`` (its
+accumulation type) to the workspace and reduces it with ``reduce.py``'s ``total_kernel`` (its
 "final" ``Reduce`` kernel, into the logits' dtype: a tree, no atomics, the same bits at every
-run).  A label out of range sets
-``*status`` to 1 (the device raises the CPU kernel's ``IndexError`` after the launch) and gives
-NaN in that sample's loss; the gradient then has no one-hot term for it.
+run).
+
+**Plans** (``launch.py``'s format).  ``PLANS`` maps ``Softmax``, ``LogSoftmax``,
+``SoftmaxCrossEntropy`` and ``SoftmaxCrossEntropyBackward`` to ``plan(op, ins, outs)``; the
+``*_launch`` functions build them (``"in0"`` the logits, ``"in1"`` the labels, ``"in2"`` dy,
+``"out0"``).  Each is one tile launch (grid and block as ``reduce.py``'s tiles, dynamic shared
+memory for ``TX * TY`` accumulators plus a column's max and sum), and for a reduced loss a
+second, one block, summing the per-sample losses the first left in the workspace.  ``STRIDED``
+is empty: the kernels address dense ``(outer, n, inner)`` views, the labels and dy dense arrays,
+so the device makes strided inputs dense first.
+
+**The check.**  A label out of range sets an int status word in the workspace (and gives NaN in
+that sample's loss; the gradient then has no one-hot term for it): the plan's ``Check`` on it
+raises the CPU kernel's ``IndexError`` with its exact message, the labels' range read back from
+the device (``label_error``).  What a plan sees from shapes and dtypes (a label or dy of the
+wrong shape, an axis out of range, an unknown reduction, a dtype) it raises itself, naming the
+op, the shapes and the dtypes.
 """
 import functools
+import math
 
 import numpy as np
 
-from .elemwise import _PRELUDE, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
-from .reduce import (
-    _BLOCK_PARTS, Launch, Plan, _tile_launch, reduce_view, total_kernel,
-)
+from ....ops.nn import LogSoftmax, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward
+from .elemwise import SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, program
+from .launch import Buf, Check, Plan, Workspace
+from .reduce import _BLOCK_PARTS, _tile_launch, check_layouts, reduce_view, total_kernel
 
-__all__ = ["softmax_kernel", "cross_entropy_kernel", "cross_entropy_backward_kernel",
-           "softmax_launch", "cross_entropy_launch", "cross_entropy_backward_launch",
-           "FLOAT_DTYPES", "LABEL_DTYPES", "REDUCTIONS", "DIFFERENCES", "NVRTC_OPTIONS",
-           "Launch", "Plan", "program"]
+__all__ = ["PLANS", "STRIDED", "softmax_kernel", "cross_entropy_kernel",
+           "cross_entropy_backward_kernel", "softmax_launch", "cross_entropy_launch",
+           "cross_entropy_backward_launch", "label_error", "FLOAT_DTYPES", "LABEL_DTYPES",
+           "REDUCTIONS", "DIFFERENCES", "NVRTC_OPTIONS", "program"]
 
 #: NVRTC flags (no contraction: a formula rounds as written, as the CPU's).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -58,7 +73,8 @@ DIFFERENCES = """\
   CPU's C loop sums them in double).
 * The gradient is exp(z - log(sum)) in the accumulation type, as the CPU's numpy path; its C loop
   takes exp(z) * (dy / sum) in double: a few ulp apart.
-* A label out of range is reported through the status word after the launch, not by the kernel.
+* A label out of range is found by the kernel and reported after the steps (the plan's Check,
+  with the CPU kernel's IndexError and message); the outputs are then not defined.
 """
 
 _F16, _F32, _F64 = FLOAT_DTYPES
@@ -328,27 +344,48 @@ def _class_axis(what, shape, axis):
     return int(axis) % len(shape)
 
 
-def softmax_launch(dtype, shape, axis, log=False):
-    """The ``Plan`` of ``Softmax(axis)`` (``LogSoftmax`` when ``log``) of a C-contiguous array of
-    ``shape``: one tile kernel; ``axis`` an int or a tuple of adjacent axes (others: transpose
-    them together first)."""
+def label_error(what, shape, axis, label_dtype, label=Buf("in1")):
+    """The ``Check.error(value, read)`` of a label out of range: the CPU kernel's ``IndexError``
+    (``device/cpu/kernels/nn.py``), its message naming the op ``what``, the class count, the
+    logits' ``shape`` and the labels' range, read back from ``label`` (dense, ``label_dtype``)."""
+    shape = tuple(int(s) for s in shape)
+    n, count = shape[axis], math.prod(shape[:axis] + shape[axis + 1:])
+
+    def error(value, read):
+        labels = read(label, label_dtype, count)
+        return IndexError(f"{what}: label out of range [0, {n}) along axis {axis} (logits shape "
+                          f"{shape}, label range [{labels.min()}, {labels.max()}])")
+    return error
+
+
+def _status(ws, what, shape, axis, label_dtype, label):
+    flag = ws.add(4)  # the kernels' int status word
+    return flag, Check(flag, label_error(what, shape, axis, np.dtype(label_dtype), label))
+
+
+def softmax_launch(dtype, shape, axis, log=False, src=Buf("in0"), dst=Buf("out0")):
+    """The ``launch.Plan`` of ``Softmax(axis)`` (``LogSoftmax`` when ``log``) of a C-contiguous
+    array of ``shape`` at ``src`` into ``dst``: one tile kernel; ``axis`` an int or a tuple of
+    adjacent axes (others: ``NotImplementedError``, see ``reduce.reduce_view``)."""
     kernel = softmax_kernel(dtype, log)
     what = _OPS["log_softmax" if log else "softmax"]
     outer, n, inner = reduce_view(shape, axis, what)
     m = outer * inner
+    note = f"(outer, n, inner) = {(outer, n, inner)}"
     if m == 0 or n == 0:
-        return Plan((), (), (outer, n, inner))
+        return Plan((), notes=(note, "no outputs"))
     size = _acc_size(np.dtype(dtype))
-    launch = _tile_launch(kernel, m, n, inner, 1, ("out", "in", outer, n, inner), size, 2 * size)
-    return Plan((launch,), (), (outer, n, inner))
+    launch = _tile_launch(kernel, m, n, inner, 1, (dst, src, outer, n, inner), size, 2 * size)
+    return Plan((launch,), notes=(note,))
 
 
-def cross_entropy_launch(dtype, label_dtype, shape, axis, reduction="none"):
-    """The ``Plan`` of ``SoftmaxCrossEntropy(axis, reduction)`` of C-contiguous logits of
-    ``shape`` and labels of ``label_dtype`` (the logits' shape without ``axis``): the per-sample
-    kernel into the output, or into workspace "ws0" then ``total_kernel`` of the reduction over
-    it.  The kernels set the int "status" (zeroed first) to 1 for a label out of
-    range."""
+def cross_entropy_launch(dtype, label_dtype, shape, axis, reduction="none", src=Buf("in0"),
+                         label=Buf("in1"), dst=Buf("out0")):
+    """The ``launch.Plan`` of ``SoftmaxCrossEntropy(axis, reduction)`` of C-contiguous logits of
+    ``shape`` at ``src`` and dense labels of ``label_dtype`` at ``label`` (the logits' shape
+    without ``axis``): the per-sample kernel into ``dst``, or into the workspace then
+    ``total_kernel`` of the reduction over it.  A label out of range sets the status word of the
+    plan's ``Check``, whose error is the CPU kernel's ``IndexError``."""
     what = _OPS["cross_entropy"]
     reduction = _reduction(what, reduction)
     x = _check(what, dtype, FLOAT_DTYPES, "logits")
@@ -356,43 +393,116 @@ def cross_entropy_launch(dtype, label_dtype, shape, axis, reduction="none"):
     outer, n, inner = reduce_view(shape, axis, what)
     m = outer * inner
     size = _acc_size(x)
+    note = f"(outer, n, inner) = {(outer, n, inner)}"
+    ws = Workspace()
     if reduction == "none":
         if m == 0:
-            return Plan((), (), (outer, n, inner))
+            return Plan((), notes=(note, "no samples"))
+        flag, check = _status(ws, what, shape, axis, label_dtype, label)
         launch = _tile_launch(cross_entropy_kernel(x, label_dtype), m, n, inner, 1,
-                              ("out", "in", "label", outer, n, inner, "status"), size, 2 * size)
-        return Plan((launch,), (), (outer, n, inner))
-    launches = []
+                              (dst, src, label, outer, n, inner, flag), size, 2 * size)
+        return Plan((launch,), ws.size, (check,), notes=(note,))
+    steps, checks, losses = [], (), None
     if m:
-        launches.append(_tile_launch(cross_entropy_kernel(x, label_dtype, per_sample_acc=True),
-                                     m, n, inner, 1,
-                                     ("ws0", "in", "label", outer, n, inner, "status"), size,
-                                     2 * size))
-    total = total_kernel(reduction, x)
-    launches.append(_tile_launch(total, 1, m, 1, 1, ("out", "ws0" if m else None, 1, m, 1, m, m),
-                                 size))
-    return Plan(tuple(launches), (max(m, 1) * size,), (outer, n, inner))
+        flag, check = _status(ws, what, shape, axis, label_dtype, label)
+        checks, losses = (check,), ws.add(m * size)  # the per-sample losses, accumulation type
+        steps.append(_tile_launch(cross_entropy_kernel(x, label_dtype, per_sample_acc=True),
+                                  m, n, inner, 1, (losses, src, label, outer, n, inner, flag),
+                                  size, 2 * size))
+    # (no sample: the total of nothing, NaN for a mean, as the CPU kernel's)
+    steps.append(_tile_launch(total_kernel(reduction, x), 1, m, 1, 1,
+                              (dst, losses, 1, m, 1, m, m), size))
+    return Plan(tuple(steps), ws.size, checks, notes=(note, f"the {reduction} of {m} losses"))
 
 
 def cross_entropy_backward_launch(dtype, label_dtype, shape, axis, reduction="none",
-                                  dy_dtype=None):
-    """The ``Plan`` of ``SoftmaxCrossEntropyBackward(axis, reduction)``: one tile kernel over
-    C-contiguous logits of ``shape``, labels (``label_dtype``), and ``dy`` (a per-sample array, or
-    a reduced loss's scalar).  It sets the int "status" (zeroed first) to 1 for a label out of
-    range."""
+                                  dy_dtype=None, src=Buf("in0"), label=Buf("in1"),
+                                  dy=Buf("in2"), dst=Buf("out0")):
+    """The ``launch.Plan`` of ``SoftmaxCrossEntropyBackward(axis, reduction)``: one tile kernel
+    over C-contiguous logits of ``shape`` at ``src``, dense labels (``label_dtype``) at
+    ``label``, and ``dy`` (a per-sample array, or a reduced loss's scalar).  A label out of range
+    sets the status word of the plan's ``Check`` (the CPU kernel's ``IndexError``)."""
     what = _OPS["cross_entropy_backward"]
     reduction = _reduction(what, reduction)
     kernel = cross_entropy_backward_kernel(dtype, label_dtype, dy_dtype)
     axis = _class_axis(what, shape, axis)
     outer, n, inner = reduce_view(shape, axis, what)
     m = outer * inner
-    if m == 0:  # (n == 0 still launches: every label is out of range, which status reports)
-        return Plan((), (), (outer, n, inner))
+    note = f"(outer, n, inner) = {(outer, n, inner)}"
+    if m == 0:  # (n == 0 still launches: every label is out of range, which the check reports)
+        return Plan((), notes=(note, "no samples"))
+    ws = Workspace()
+    flag, check = _status(ws, what, shape, axis, label_dtype, label)
     step = 1 if reduction == "none" else 0
     count = m if reduction == "mean" else 0
     size = _acc_size(np.dtype(dtype))
     launch = _tile_launch(kernel, m, n, inner, 1,
-                          ("out", "in", "label", "dy", outer, n, inner, step, count, "status"),
+                          (dst, src, label, dy, outer, n, inner, step, count, flag),
                           size, 2 * size)
-    return Plan((launch,), (), (outer, n, inner))
+    return Plan((launch,), ws.size, (check,), notes=(note,))
 
+
+# -- PLANS: op -> plan ----------------------------------------------------------------------------
+
+def _describe(layouts):
+    return (f"input shapes: {', '.join(str(x.shape) for x in layouts)}; dtypes: "
+            f"{', '.join(str(x.dtype) for x in layouts)}")
+
+
+def _want(op, ins, outs, shape, dtype):
+    o = outs[0]
+    if o.shape != tuple(shape) or o.dtype != dtype:
+        raise ValueError(f"CUDA {op.name}: the output is {o.shape} {o.dtype}, the op gives "
+                         f"{tuple(shape)} {dtype} ({_describe(ins)})")
+
+
+def _plan_softmax(log):
+    def plan(op, ins, outs):
+        check_layouts(op, ins, outs, 1, 1)
+        (x,) = ins
+        _want(op, ins, outs, x.shape, x.dtype)
+        return softmax_launch(x.dtype, x.shape, op.axis, log)
+    plan.__doc__ = f"The plan of ``{'LogSoftmax' if log else 'Softmax'}`` (``PLANS``)."
+    return plan
+
+
+def _sample_shape(op, ins):
+    # the labels' shape: the logits' without the class axis (checked, naming shapes and dtypes)
+    x, label = ins[0], ins[1]
+    axis = _class_axis(op.name, x.shape, op.axis)
+    want = x.shape[:axis] + x.shape[axis + 1:]
+    if label.shape != want:
+        raise ValueError(f"CUDA {op.name}: label must have shape {want} (the logits' shape "
+                         f"without axis {axis}), got {label.shape} ({_describe(ins)})")
+    return want
+
+
+def _plan_cross_entropy(op, ins, outs):
+    check_layouts(op, ins, outs, 2, 1)
+    x, label = ins
+    samples = _sample_shape(op, ins)
+    _want(op, ins, outs, samples if op.reduction == "none" else (), x.dtype)
+    return cross_entropy_launch(x.dtype, label.dtype, x.shape, op.axis, op.reduction)
+
+
+def _plan_cross_entropy_backward(op, ins, outs):
+    check_layouts(op, ins, outs, 3, 1)
+    x, label, dy = ins
+    samples = _sample_shape(op, ins)
+    reduction = _reduction(op.name, op.reduction)
+    want = samples if reduction == "none" else ()
+    if dy.shape != want:
+        raise ValueError(f"CUDA {op.name}: dy must have shape {want} (reduction "
+                         f"{reduction!r}), got {dy.shape} ({_describe(ins)})")
+    _want(op, ins, outs, x.shape, x.dtype)
+    return cross_entropy_backward_launch(x.dtype, label.dtype, x.shape, op.axis, reduction,
+                                         dy.dtype)
+
+
+#: ``op class -> plan(op, ins, outs)`` (``launch.Layout`` lists) -> ``launch.Plan``.
+PLANS = {Softmax: _plan_softmax(False), LogSoftmax: _plan_softmax(True),
+         SoftmaxCrossEntropy: _plan_cross_entropy,
+         SoftmaxCrossEntropyBackward: _plan_cross_entropy_backward}
+
+#: The op classes whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()
