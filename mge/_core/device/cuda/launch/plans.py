@@ -286,6 +286,32 @@ def _describe(inputs):
     return ", ".join(f"{b.dtype} {b.shape}" for b in inputs)
 
 
+def _adjacent_axes(device, op, inputs):
+    """``(op, inputs)`` with the reduced axes of a ``Reduce``/``Argmax``/``Argmin`` made adjacent
+    when they are not: the kernels reduce one run of axes (``reduce_view``), so the input is
+    copied with the kept axes first and the reduced ones last, each in their order (one
+    relayout kernel), and the op reduces the trailing axes.  The output's elements keep their
+    order (the kept axes' order) and an arg-extremum's flat index its meaning (the reduced axes'
+    order)."""
+    from ....ops.reduce import normalize_axes
+    (x,) = inputs
+    axes = normalize_axes(op.axis, x.ndim)
+    if axes is None or not axes:
+        return op, inputs   # the plan names the bad axis
+    big = [a for a in axes if x.shape[a] != 1]
+    if not big or all(x.shape[a] == 1 or a in axes for a in range(big[0], big[-1] + 1)):
+        return op, inputs
+    kept = [a for a in range(x.ndim) if a not in axes]
+    perm = kept + list(axes)
+    view = device.view(x, tuple(x.shape[a] for a in perm), tuple(x.strides[a] for a in perm))
+    op = op.replace(axis=tuple(range(len(kept), x.ndim)))
+    return op, [device.relayout(view)]
+
+
+# op class name -> ``fn(device, op, inputs) -> (op, inputs)`` run before the plan is asked for
+_PREPARE = {"Reduce": _adjacent_axes, "Argmax": _adjacent_axes, "Argmin": _adjacent_axes}
+
+
 def plan_launcher(module, cls):
     """The launcher of op class ``cls`` from kernel ``module``'s tables (``PLANS``, ``STRIDED``,
     ``INPLACE``): ``(fn, strided, reuse)``."""
@@ -293,7 +319,11 @@ def plan_launcher(module, cls):
     strided = cls in getattr(module, "STRIDED", ())
     inplace = tuple(getattr(module, "INPLACE", {}).get(cls, ()))
 
+    prepare = _PREPARE.get(cls.__name__) if cls.__module__.endswith("ops.reduce") else None
+
     def launch(device, op, inputs, descs, donated=()):
+        if prepare is not None:
+            op, inputs = prepare(device, op, inputs)
         ins = [L.Layout(b.shape, b.dtype, b.strides if strided else None) for b in inputs]
         if any(d.shape is None for d in descs):
             raise NotImplementedError(
