@@ -42,7 +42,8 @@ from mge._core.device.cuda.device import CudaBuffer, CudaDevice, CudaOutOfMemory
 from mge._core.device.cuda.host_backend import HostBackend, HostMemoryError, LaunchError
 from mge._core.device.cuda.kernels import elemwise as ek
 from mge._core.device.cuda.launch import CUDA_KERNELS, lookup
-from mge._core.device.cuda.launch.matmul import GemmCall, NeedsDense, operand_layout, plan_matmul
+from mge._core.device.cuda.kernels.launch import Buf, Gemm
+from mge._core.device.cuda.launch.matmul import NeedsDense, operand_layout, plan_matmul
 from mge._core.device.cuda.pool import Block
 from mge._core.ops.base import OpDef, TensorDesc, def_infer
 
@@ -352,7 +353,7 @@ def test_matmul_with_transposes_matches_float64(cuda, dtype):
     np.testing.assert_allclose(F.matmul(on(DEV, a).T, on(DEV, a)).numpy(), _ref(a.T, a, 0, 0),
                                rtol=tol, atol=tol * 10)
     assert cuda.relayouts == before
-    assert cuda.backend.gemms[-1][:2] == ("N", "T")
+    assert (cuda.backend.gemms[-1].transa, cuda.backend.gemms[-1].transb) == (False, True)
 
 
 def test_batched_matmul_broadcasts_and_takes_vectors(cuda):
@@ -399,16 +400,18 @@ def test_the_row_major_plan_in_cublas_terms():
     stride; a broadcast batch has stride 0; dims that do not merge loop."""
     plan = plan_matmul((5, 7), (7, 1), (7, 6), (6, 1))
     assert plan.out_shape == (5, 6) and not plan.zero_fill
-    assert plan.calls == (GemmCall("N", "N", 6, 5, 7, 0, 6, 0, 0, 7, 0, 0, 6, 30, 1),)
+    f32 = np.dtype("float32")
+    assert plan.calls == (Gemm(False, False, 6, 5, 7, Buf("in1"), 6, 0, Buf("in0"), 7, 0,
+                               Buf("out0"), 6, 30, 1, f32, f32, f32, f32),)
     (c,) = plan_matmul((5, 7), (1, 5), (6, 7), (7, 1), False, True).calls  # A a view, B^T
-    assert (c.transa, c.transb, c.lda, c.ldb) == ("T", "T", 7, 5)
+    assert (c.transa, c.transb, c.lda, c.ldb) == (True, True, 7, 5)
     (c,) = plan_matmul((4, 3, 5), (15, 5, 1), (5, 2), (2, 1)).calls
     assert (c.batch, c.stride_a, c.stride_b, c.stride_c) == (4, 0, 15, 6)
     calls = plan_matmul((2, 3, 4, 5), (60, 20, 5, 1), (2, 3, 5, 6), (90, 30, 6, 1)).calls
     assert len(calls) == 1 and calls[0].batch == 6  # merged: every operand steps (2, 3) alike
     calls = plan_matmul((2, 3, 4, 5), (60, 20, 5, 1), (2, 1, 5, 6), (30, 30, 6, 1)).calls
-    assert [c.batch for c in calls] == [3, 3] and calls[1].b_offset == 60
-    assert calls[1].a_offset == 30 and calls[0].stride_a == 0
+    assert [c.batch for c in calls] == [3, 3] and calls[1].b == Buf("in0", 60 * 4)
+    assert calls[1].a == Buf("in1", 30 * 4) and calls[0].stride_a == 0
     with pytest.raises(NeedsDense) as info:
         plan_matmul((3, 5), (0, 1), (5, 2), (1, 5))  # rows broadcast: the left one needs a copy
     assert info.value.which == [0]
@@ -427,21 +430,27 @@ def test_host_gemm_follows_cublas_rules():
     be.copy_htod(a_addr, a)
     c_addr = a_addr + 1024
     be.copy_htod(c_addr, np.full(4, np.nan, "float32"))
-    be.gemm("N", "T", 2, 2, 3, 1.0, a_addr, 2, 0, a_addr, 2, 0, 0.0, c_addr, 2, 0, 1, "float32")
+    f32 = np.dtype("float32")
+
+    def gemm(ta, tb, m, n, k, alpha, lda, ldb, beta, ldc, dtype=f32):
+        g = Gemm(ta, tb, m, n, k, Buf("a"), lda, 0, Buf("a"), ldb, 0, Buf("c"), ldc, 0, 1,
+                 dtype, dtype, dtype, f32, alpha, beta)
+        be.gemm(g, a_addr, a_addr, c_addr)
+
+    gemm(False, True, 2, 2, 3, 1.0, 2, 2, 0.0, 2)
     out = np.empty(4, "float32")
     be.copy_dtoh(out, c_addr)
     m = a.reshape(3, 2).T
     np.testing.assert_array_equal(out.reshape(2, 2).T, m @ m.T)
-    be.gemm("N", "T", 2, 2, 3, 2.0, a_addr, 2, 0, a_addr, 2, 0, 1.0, c_addr, 2, 0, 1, "float32")
+    gemm(False, True, 2, 2, 3, 2.0, 2, 2, 1.0, 2)
     be.copy_dtoh(out, c_addr)
     np.testing.assert_array_equal(out.reshape(2, 2).T, 3 * (m @ m.T))
     with pytest.raises(B.GemmError, match="CUBLAS_STATUS_INVALID_VALUE: lda = 1"):
-        be.gemm("N", "N", 2, 2, 3, 1.0, a_addr, 1, 0, a_addr, 3, 0, 0.0, c_addr, 2, 0, 1, "float32")
+        gemm(False, False, 2, 2, 3, 1.0, 1, 3, 0.0, 2)
     with pytest.raises(B.GemmError, match="NOT_SUPPORTED"):
-        be.gemm("N", "N", 1, 1, 1, 1.0, a_addr, 1, 0, a_addr, 1, 0, 0.0, c_addr, 1, 0, 1, "int32")
+        gemm(False, False, 1, 1, 1, 1.0, 1, 1, 0.0, 1, np.dtype("int32"))
     with pytest.raises(HostMemoryError):
-        be.gemm("N", "N", 64, 64, 64, 1.0, a_addr, 64, 0, a_addr, 64, 0, 0.0, c_addr, 64, 0, 1,
-                "float32")
+        gemm(False, False, 64, 64, 64, 1.0, 64, 64, 0.0, 64)
 
 
 # == memory =======================================================================================

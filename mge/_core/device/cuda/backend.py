@@ -23,8 +23,11 @@ thread; a backend serialises what must be serialised):
 * kernels: ``load(kernels) -> module`` (a list of ``KernelSource``-like objects: ``name``,
   ``parts``, ``params``; one module for all of them), ``launch(module, name, grid, block, args,
   shared_bytes=0)`` with ``args`` one Python value per declared parameter (``marshal_args``);
-* ``gemm(...)``: a strided-batched GEMM in cuBLAS's column-major terms (``check_gemm`` states the
-  arguments);
+* ``gemm(g, a, b, c)``: one ``kernels/launch.py`` ``Gemm`` (a strided-batched GEMM in cuBLAS's
+  column-major terms, per-operand dtypes, its compute dtype; ``check_gemm`` states the rules)
+  with ``a``, ``b``, ``c`` the device addresses of its ``Buf``s ``g.a``, ``g.b``, ``g.c``, offsets
+  included: the caller resolves them (the plan executor from its bound buffers, the matmul
+  launcher through ``gemm_addresses``), so a backend never sees buffer names;
 * ordering: ``stream`` (the backend's ``Stream``: ``synchronize()``; the device issues all work
   on it), ``event()`` -> an ``Event`` (``record(stream=None)``, ``query()``, ``synchronize()``),
   ``synchronize()`` (the whole device).
@@ -41,8 +44,8 @@ import numpy as np
 from .pool import AddressSpace
 
 __all__ = ["Backend", "Stream", "Event", "KernelParam", "parse_param", "marshal_args",
-           "pack_params", "ctypes_struct", "check_gemm", "GemmError", "GEMM_DTYPES", "ELEMENTWISE_BLOCK",
-           "elementwise_grid"]
+           "pack_params", "ctypes_struct", "check_gemm", "gemm_addresses", "GemmError",
+           "GEMM_DTYPES", "GEMM_TYPES", "ELEMENTWISE_BLOCK", "elementwise_grid"]
 
 #: Threads per block of the grid-stride (elementwise) kernels: 8 warps, a good occupancy on
 #: every architecture from Volta on, and a multiple of any warp-shuffle tree's width.
@@ -137,9 +140,9 @@ class Backend(AddressSpace):
         shared memory, on the backend's stream."""
         raise NotImplementedError(f"{type(self).__name__}.launch")
 
-    def gemm(self, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
-             ldc, stride_c, batch, dtype):
-        """cuBLAS's strided-batched GEMM (see ``check_gemm``)."""
+    def gemm(self, g, a, b, c):
+        """cuBLAS's strided-batched GEMM ``g`` (a ``launch.Gemm``; see ``check_gemm``) on the
+        device addresses ``a``, ``b``, ``c`` of its operands."""
         raise NotImplementedError(f"{type(self).__name__}.gemm")
 
     def event(self):
@@ -288,30 +291,49 @@ class GemmError(ValueError):
         self.status = status
 
 
-def check_gemm(transa, transb, m, n, k, lda, ldb, ldc, batch, dtype):
-    """The rules of ``cublasGemmStridedBatchedEx`` on its arguments, raising ``GemmError`` where
-    cuBLAS returns an error; returns the dtype.
+#: The operand and compute dtypes ``gemm`` takes, ``(A, B, C, compute)``: those of
+#: ``cublasGemmStridedBatchedEx`` that the kernels use (float16 accumulates in float32, as
+#: cuBLAS's CUBLAS_COMPUTE_32F, into float16 or float32).
+GEMM_TYPES = frozenset((np.dtype(a), np.dtype(a), np.dtype(c), np.dtype(t)) for a, c, t in (
+    ("float16", "float16", "float32"), ("float16", "float32", "float32"),
+    ("float32", "float32", "float32"), ("float64", "float64", "float64")))
 
-    Column-major: ``C[:, :, i] = alpha * op(A_i) @ op(B_i) + beta * C_i`` for ``i < batch``,
-    with ``op(A)`` m x k (``A`` stored m x k with leading dimension ``lda >= max(1, m)`` when
-    ``transa`` is ``"N"``, k x m with ``lda >= max(1, k)`` when ``"T"``), ``op(B)`` k x n likewise,
-    ``C`` m x n with ``ldc >= max(1, m)``; the i-th matrices start ``i * stride`` elements after
-    the first (a stride of 0 reuses one matrix).  ``beta == 0`` means ``C`` is not read (it may
-    hold anything, NaN included)."""
-    for name, t in (("transa", transa), ("transb", transb)):
-        if t not in ("N", "T"):
-            raise GemmError(f"{name} must be 'N' or 'T', got {t!r}")
-    for name, v in (("m", m), ("n", n), ("k", k), ("batch", batch)):
-        if v < 0:
-            raise GemmError(f"{name} = {v} is negative")
-    rows_a = m if transa == "N" else k
-    rows_b = k if transb == "N" else n
-    for name, ld, rows in (("lda", lda, rows_a), ("ldb", ldb, rows_b), ("ldc", ldc, m)):
+
+def check_gemm(g):
+    """The rules of ``cublasGemmStridedBatchedEx`` on the ``launch.Gemm`` ``g``, raising
+    ``GemmError`` where cuBLAS returns an error; returns ``g``.
+
+    Column-major: ``C_i = alpha * op(A_i) @ op(B_i) + beta * C_i`` for ``i < batch``, with
+    ``op(A)`` m x k (``A`` stored m x k with leading dimension ``lda >= max(1, m)``, or k x m with
+    ``lda >= max(1, k)`` when ``transa``), ``op(B)`` k x n likewise, ``C`` m x n with
+    ``ldc >= max(1, m)``; the i-th matrices start ``i * stride`` elements after the first (a
+    stride of 0 reuses one matrix).  ``beta == 0`` means ``C`` is not read (it may hold
+    anything, NaN included).  The dtypes must be one of ``GEMM_TYPES``."""
+    for name in ("transa", "transb"):
+        if not isinstance(getattr(g, name), (bool, np.bool_)):
+            raise GemmError(f"{name} must be a bool, got {getattr(g, name)!r}")
+    for name in ("m", "n", "k", "batch"):
+        if getattr(g, name) < 0:
+            raise GemmError(f"{name} = {getattr(g, name)} is negative")
+    rows_a = g.k if g.transa else g.m
+    rows_b = g.n if g.transb else g.k
+    for name, ld, rows in (("lda", g.lda, rows_a), ("ldb", g.ldb, rows_b), ("ldc", g.ldc, g.m)):
         if ld < max(1, rows):
-            raise GemmError(f"{name} = {ld} < max(1, {rows}) (transa={transa}, transb={transb}, "
-                            f"m={m}, n={n}, k={k})")
-    dtype = np.dtype(dtype)
-    if dtype not in GEMM_DTYPES:
-        raise GemmError(f"no GEMM of {dtype} (cuBLAS here takes "
-                        f"{', '.join(str(d) for d in GEMM_DTYPES)})", "CUBLAS_STATUS_NOT_SUPPORTED")
-    return dtype
+            raise GemmError(f"{name} = {ld} < max(1, {rows}) (transa={g.transa}, "
+                            f"transb={g.transb}, m={g.m}, n={g.n}, k={g.k})")
+    for name in ("stride_a", "stride_b", "stride_c"):
+        if getattr(g, name) < 0:
+            raise GemmError(f"{name} = {getattr(g, name)} is negative")
+    types = tuple(np.dtype(d) for d in (g.a_dtype, g.b_dtype, g.c_dtype, g.compute_dtype))
+    if types not in GEMM_TYPES:
+        raise GemmError(f"no GEMM of {types[0]} x {types[1]} -> {types[2]} computing in "
+                        f"{types[3]} (cuBLAS here takes "
+                        f"{', '.join(str(d) for d in GEMM_DTYPES)}; float16 and float32 compute "
+                        f"in float32)", "CUBLAS_STATUS_NOT_SUPPORTED")
+    return g
+
+
+def gemm_addresses(g, bases):
+    """``(a, b, c)``: the device addresses of ``g``'s operand ``Buf``s, ``bases`` mapping each
+    buffer name (``"in0"``, ``"out0"``...) to its buffer's address."""
+    return tuple(int(bases[buf.name]) + buf.offset for buf in (g.a, g.b, g.c))

@@ -27,13 +27,14 @@ runtime on top -- runs the code a GPU runs:
   convention: ``mge_host_launch(gx, gy, gz, bx, by, bz, shared_bytes)`` before the call, and
   afterwards ``int mge_host_error`` -- nonzero means the kernel needed more dynamic shared memory
   than the launch gave (a ``LaunchError`` here).
-* **GEMM** is numpy on strided views of that memory, following cuBLAS's column-major semantics
-  argument by argument (``backend.check_gemm``): ``A`` is read as ``lda``-strided columns,
-  ``beta == 0`` does not read ``C``, float16 accumulates in float32.  So the device's row-major
-  -> column-major mapping is exercised for real.
+* **GEMM** (``gemm(g, a, b, c)``: a ``launch.Gemm`` on the operands' addresses) is numpy on
+  strided views of that memory, following cuBLAS's column-major semantics argument by argument
+  (``backend.check_gemm``): ``A`` is read as ``lda``-strided columns, ``beta == 0`` does not read
+  ``C``, float16 accumulates in float32 (into float16 or float32, as the ``Gemm`` says).  So the
+  device's row-major -> column-major mapping is exercised for real.
 * **Streams and events** are immediate: work runs when it is issued, ``query()`` is always true.
 
-Counters for the tests: ``launches`` (kernel name -> launches), ``gemms`` (the argument tuples
+Counters for the tests: ``launches`` (kernel name -> launches), ``gemms`` (the ``launch.Gemm``
 of each GEMM), ``builds`` (libraries built by this backend), ``htod_bytes``/``dtoh_bytes``.
 """
 import atexit
@@ -297,32 +298,35 @@ class HostBackend(Backend):
                                   f"mge_host_error={error})")
 
     # -- GEMM ------------------------------------------------------------------------------------
-    def gemm(self, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
-             ldc, stride_c, batch, dtype):
-        """cuBLAS's strided-batched GEMM in numpy, column-major (``backend.check_gemm``)."""
-        dtype = check_gemm(transa, transb, m, n, k, lda, ldb, ldc, batch, dtype)
-        self.gemms.append((transa, transb, m, n, k, alpha, lda, stride_a, ldb, stride_b, beta,
-                           ldc, stride_c, batch, str(dtype)))
-        if batch == 0 or m == 0 or n == 0:
+    def gemm(self, g, a, b, c):
+        """cuBLAS's strided-batched GEMM ``g`` (a ``launch.Gemm``) in numpy, column-major
+        (``backend.check_gemm``), on the device addresses ``a``, ``b``, ``c`` of its operands:
+        each operand read as its own dtype, the products summed in ``g.compute_dtype``, the
+        result rounded once to ``g.c_dtype``."""
+        check_gemm(g)
+        self.gemms.append(g)
+        if g.batch == 0 or g.m == 0 or g.n == 0:
             return
-        rows_a, cols_a = (m, k) if transa == "N" else (k, m)
-        rows_b, cols_b = (k, n) if transb == "N" else (n, k)
-        cm = self._matrices(c, m, n, ldc, stride_c, batch, dtype, "C")
-        acc = np.float64 if dtype == np.float64 else np.float32
-        if k == 0:
+        rows_a, cols_a = (g.k, g.m) if g.transa else (g.m, g.k)
+        rows_b, cols_b = (g.n, g.k) if g.transb else (g.k, g.n)
+        cm = self._matrices(c, g.m, g.n, g.ldc, g.stride_c, g.batch, np.dtype(g.c_dtype), "C")
+        acc = np.dtype(g.compute_dtype).type
+        if g.k == 0:
             prod = np.zeros(cm.shape, acc)
         else:
-            am = self._matrices(a, rows_a, cols_a, lda, stride_a, batch, dtype, "A").astype(acc)
-            bm = self._matrices(b, rows_b, cols_b, ldb, stride_b, batch, dtype, "B").astype(acc)
-            if transa == "T":
+            am = self._matrices(a, rows_a, cols_a, g.lda, g.stride_a, g.batch,
+                                np.dtype(g.a_dtype), "A").astype(acc)
+            bm = self._matrices(b, rows_b, cols_b, g.ldb, g.stride_b, g.batch,
+                                np.dtype(g.b_dtype), "B").astype(acc)
+            if g.transa:
                 am = am.transpose(0, 2, 1)
-            if transb == "T":
+            if g.transb:
                 bm = bm.transpose(0, 2, 1)
             prod = np.matmul(am, bm)
-        out = acc(alpha) * prod
-        if beta != 0:  # cuBLAS reads C only then: with beta == 0 it may hold NaN
-            out = out + acc(beta) * cm.astype(acc)
-        cm[...] = out.astype(dtype)
+        out = acc(g.alpha) * prod
+        if g.beta != 0:  # cuBLAS reads C only then: with beta == 0 it may hold NaN
+            out = out + acc(g.beta) * cm.astype(acc)
+        cm[...] = out.astype(g.c_dtype)
 
     def _matrices(self, address, rows, cols, ld, stride, batch, dtype, what):
         # ``batch`` column-major rows x cols matrices at ``address`` as a (batch, rows, cols)

@@ -20,8 +20,11 @@ it imports no pycuda: ``PycudaBackend(index)`` asks ``driver.py`` for pycuda and
   ``launch`` packs the arguments into one parameter buffer at their C alignment
   (``backend.pack_params``) and calls the function with it (pycuda passes a ``numpy.void`` as
   raw bytes), on the stream, with the dynamic shared memory asked for.
-* **GEMM** goes to cuBLAS (``cublas.py``) on the same stream; TF32 only with ``allow_tf32``.
+* **GEMM** (``gemm(g, a, b, c)``: a ``launch.Gemm`` on its operands' addresses) goes to cuBLAS's
+  ``cublasGemmStridedBatchedEx`` (``cublas.py``'s handle and library) on the same stream, each
+  operand with its own data type (``gemm_ex_args``); TF32 only with ``allow_tf32``.
 """
+import ctypes
 import threading
 
 import numpy as np
@@ -31,7 +34,29 @@ from .backend import Backend, Event, Stream, check_gemm, marshal_args, pack_para
 from .kernels.elemwise import NVRTC_OPTIONS, program
 from .pool import OutOfDeviceMemory
 
-__all__ = ["PycudaBackend", "PycudaStream", "PycudaEvent", "launch_buffer", "arch_of"]
+__all__ = ["PycudaBackend", "PycudaStream", "PycudaEvent", "launch_buffer", "arch_of",
+           "gemm_ex_args"]
+
+
+def gemm_ex_args(g, a, b, c, handle, allow_tf32=False):
+    """The arguments of ``cublasGemmStridedBatchedEx`` for the ``launch.Gemm`` ``g`` on device
+    addresses ``a``, ``b``, ``c``: each operand's own ``cudaDataType`` (so float16 operands may
+    sum into a float32 C, as the convolutions' column buffers do), the compute type (float32 for
+    float16 and float32 -- TF32 only with ``allow_tf32`` and float32 operands --, float64 for
+    float64), alpha and beta in the compute type's precision."""
+    from .cublas import _GEMM_DEFAULT, COMPUTE, CUDA_R, OP
+    types = [np.dtype(d) for d in (g.a_dtype, g.b_dtype, g.c_dtype)]
+    if np.dtype(g.compute_dtype) == np.float64:
+        compute, scalar = COMPUTE["64F"], ctypes.c_double
+    else:
+        tf32 = allow_tf32 and all(t == np.float32 for t in types)
+        compute, scalar = COMPUTE["32F_FAST_TF32" if tf32 else "32F"], ctypes.c_float
+    alpha, beta = scalar(g.alpha), scalar(g.beta)
+    return (handle, OP["T" if g.transa else "N"], OP["T" if g.transb else "N"], g.m, g.n, g.k,
+            ctypes.byref(alpha), ctypes.c_void_p(int(a)), CUDA_R[types[0]], g.lda, g.stride_a,
+            ctypes.c_void_p(int(b)), CUDA_R[types[1]], g.ldb, g.stride_b, ctypes.byref(beta),
+            ctypes.c_void_p(int(c)), CUDA_R[types[2]], g.ldc, g.stride_c, g.batch, compute,
+            _GEMM_DEFAULT)
 
 
 def arch_of(capability):
@@ -215,14 +240,20 @@ class PycudaBackend(Backend):
                 self._cublas.set_stream(self.stream.handle)
         return self._cublas
 
-    def gemm(self, transa, transb, m, n, k, alpha, a, lda, stride_a, b, ldb, stride_b, beta, c,
-             ldc, stride_c, batch, dtype):
-        dtype = check_gemm(transa, transb, m, n, k, lda, ldb, ldc, batch, dtype)
-        if batch == 0 or m == 0 or n == 0:
+    def gemm(self, g, a, b, c):
+        """``cublasGemmStridedBatchedEx`` of the ``launch.Gemm`` ``g`` (``backend.check_gemm``)
+        on the device addresses ``a``, ``b``, ``c``, on the backend's stream."""
+        check_gemm(g)
+        if g.batch == 0 or g.m == 0 or g.n == 0:
             return
         with self._lock, self.context():
-            self._blas().gemm(transa, transb, m, n, k, alpha, int(a), lda, stride_a, int(b), ldb,
-                              stride_b, beta, int(c), ldc, stride_c, batch, dtype)
+            blas = self._blas()
+            status = blas.lib.cublasGemmStridedBatchedEx(*gemm_ex_args(g, a, b, c, blas.handle,
+                                                                       blas.allow_tf32))
+        if status != 0:
+            from .cublas import CublasError, status_name
+            raise CublasError(f"cublasGemmStridedBatchedEx failed: {status_name(status)}",
+                              status_name(status), "cublasGemmStridedBatchedEx")
 
     # -- ordering --------------------------------------------------------------------------------
     def event(self):

@@ -16,7 +16,10 @@ column on the right) become one strided batch when they merge (``simplify_layout
 broadcast operand's batch stride is 0, which cuBLAS allows); what does not merge loops over the
 outer batch dims, one strided-batched GEMM each.  ``plan_matmul`` makes the plan from shapes and
 strides alone (no device, no GPU: the tests check it, and ``HostBackend.gemm`` runs it with
-cuBLAS's semantics).
+cuBLAS's semantics): its calls are ``kernels/launch.py`` ``Gemm``s on the buffers ``"in0"`` (the
+left input, cuBLAS's B), ``"in1"`` (the right one, cuBLAS's A) and ``"out0"``, byte offsets from
+each buffer's element 0; the launcher resolves them to addresses (``backend.gemm_addresses``)
+and calls ``backend.gemm(g, a, b, c)``.
 
 Dtypes: float16, float32, float64 (``backend.GEMM_DTYPES``; cuBLAS has no integer GEMM for these
 types): other dtypes raise ``NotImplementedError`` naming the op.  float16 accumulates in
@@ -29,11 +32,12 @@ from typing import NamedTuple
 import numpy as np
 
 from ....ops.matmul import BatchedMatrixMul, MatrixMul
-from ..backend import GEMM_DTYPES
+from ..backend import GEMM_DTYPES, gemm_addresses
 from ..kernels.elemwise import simplify_layout
+from ..kernels.launch import Buf, Gemm
 from . import def_launcher
 
-__all__ = ["GemmCall", "MatmulPlan", "plan_matmul", "operand_layout", "NeedsDense",
+__all__ = ["MatmulPlan", "plan_matmul", "operand_layout", "NeedsDense",
            "DIFFERENCES"]
 
 #: Where the products may differ from the CPU device's.
@@ -48,30 +52,9 @@ DIFFERENCES = """\
 _INT_MAX = 2 ** 31 - 1
 
 
-class GemmCall(NamedTuple):
-    """One ``gemm`` in cuBLAS's terms; offsets and strides in elements, relative to element 0 of
-    the operand they belong to (``a``: the op's right input, ``b``: its left, ``c``: the output)."""
-
-    transa: str
-    transb: str
-    m: int
-    n: int
-    k: int
-    a_offset: int
-    lda: int
-    stride_a: int
-    b_offset: int
-    ldb: int
-    stride_b: int
-    c_offset: int
-    ldc: int
-    stride_c: int
-    batch: int
-
-
 class MatmulPlan(NamedTuple):
-    """``out_shape`` and the ``calls`` that compute it (none when the output is empty or K is 0:
-    then ``zero_fill`` says whether the output must be zeroed)."""
+    """``out_shape`` and the ``calls`` (``launch.Gemm``s) that compute it (none when the output
+    is empty or K is 0: then ``zero_fill`` says whether the output must be zeroed)."""
 
     out_shape: tuple
     calls: tuple
@@ -129,12 +112,17 @@ def _batch_strides(shape, strides, batch):
     return tuple(out)
 
 
-def plan_matmul(a_shape, a_strides, b_shape, b_strides, transpose_a=False, transpose_b=False):
+def plan_matmul(a_shape, a_strides, b_shape, b_strides, transpose_a=False, transpose_b=False,
+                dtype="float32"):
     """The GEMMs of ``matmul(A', B')`` for a left input of ``a_shape``/``a_strides`` and a right
-    one of ``b_shape``/``b_strides`` (strides in elements; the output dense), numpy's
-    ``matmul`` semantics (batch dims broadcast; 1-D operands are vectors and take no transpose).
-    A ``MatmulPlan``; ``NeedsDense`` when an operand cannot be read as it lies; ``ValueError``
-    for shapes that do not multiply."""
+    one of ``b_shape``/``b_strides`` (strides in elements; the output dense), both of ``dtype``
+    (the output's too), numpy's ``matmul`` semantics (batch dims broadcast; 1-D operands are
+    vectors and take no transpose).  A ``MatmulPlan`` of ``launch.Gemm``s on ``"in0"`` (the left
+    input), ``"in1"`` and ``"out0"``; ``NeedsDense`` when an operand cannot be read as it lies;
+    ``ValueError`` for shapes that do not multiply."""
+    dtype = np.dtype(dtype)
+    isz = dtype.itemsize
+    compute = np.dtype(np.float64) if dtype == np.float64 else np.dtype(np.float32)
     ta = transpose_a and len(a_shape) >= 2
     tb = transpose_b and len(b_shape) >= 2
     M, K, ars, acs, abatch, abst = _matrix(a_shape, a_strides, ta, True)
@@ -167,11 +155,12 @@ def plan_matmul(a_shape, a_strides, b_shape, b_strides, transpose_a=False, trans
         count, sc, sa, sb, outer = 1, M * N, 0, 0, ()
     calls = []
     for idx in itertools.product(*(range(n) for n in outer)):
-        calls.append(GemmCall(
-            lay_a[0], lay_b[0], N, M, K,
-            sum(i * s for i, s in zip(idx, ast)), lay_a[1], sa,
-            sum(i * s for i, s in zip(idx, bst)), lay_b[1], sb,
-            sum(i * s for i, s in zip(idx, cst)), N, sc, count))
+        calls.append(Gemm(
+            lay_a[0] == "T", lay_b[0] == "T", N, M, K,
+            Buf("in1", isz * sum(i * s for i, s in zip(idx, ast))), lay_a[1], sa,
+            Buf("in0", isz * sum(i * s for i, s in zip(idx, bst))), lay_b[1], sb,
+            Buf("out0", isz * sum(i * s for i, s in zip(idx, cst))), N, sc, count,
+            dtype, dtype, dtype, compute))
     return MatmulPlan(out_shape, tuple(calls), False)
 
 
@@ -186,21 +175,20 @@ def _matmul(device, op, inputs, descs):
             f"-> {dtype} (device {device.name}; cuBLAS GEMM takes "
             f"{', '.join(str(d) for d in GEMM_DTYPES)})")
     try:
-        plan = plan_matmul(a.shape, a.strides, b.shape, b.strides, op.transposeA, op.transposeB)
+        plan = plan_matmul(a.shape, a.strides, b.shape, b.strides, op.transposeA, op.transposeB,
+                           dtype)
     except NeedsDense as e:
         if 0 in e.which:
             a = device.relayout(a)
         if 1 in e.which:
             b = device.relayout(b)
-        plan = plan_matmul(a.shape, a.strides, b.shape, b.strides, op.transposeA, op.transposeB)
+        plan = plan_matmul(a.shape, a.strides, b.shape, b.strides, op.transposeA, op.transposeB,
+                           dtype)
     out = device.empty(plan.out_shape, dtype, f"the output of {op.name} ({dtype} "
                        f"{plan.out_shape})")
-    isz = dtype.itemsize
     if plan.zero_fill:
-        device.backend.memset(out.address, 0, out.size * isz)
-    for c in plan.calls:
-        device.backend.gemm(c.transa, c.transb, c.m, c.n, c.k, 1.0,
-                            b.address + c.a_offset * isz, c.lda, c.stride_a,
-                            a.address + c.b_offset * isz, c.ldb, c.stride_b, 0.0,
-                            out.address + c.c_offset * isz, c.ldc, c.stride_c, c.batch, dtype)
+        device.backend.memset(out.address, 0, out.size * dtype.itemsize)
+    bases = {"in0": a.address, "in1": b.address, "out0": out.address}
+    for g in plan.calls:
+        device.backend.gemm(g, *gemm_addresses(g, bases))
     return (out,)
