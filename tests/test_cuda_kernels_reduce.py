@@ -22,9 +22,8 @@ its backward) write CUDA C per op and dtype signature, and a ``launch.Plan`` per
   errors: unknown modes, unsupported dtypes, axes the kernels do not take, layouts that do not
   fit the op.
 
-The host library is built once for the module (every kernel, two translation units);
-``cuda_plans.library`` is pointed at it while this module runs, so ``run_plan`` does not build a
-library per plan.  Without libnvrtc, ptxas or g++ the tests that need them are skipped with the
+The host library is built once for the module (every kernel, two translation units) through
+``cuda_plans.library``, which then serves every plan's subset of those kernels.  Without libnvrtc, ptxas or g++ the tests that need them are skipped with the
 reason, except under ``CI`` (which installs them), where that is a failure.
 """
 import concurrent.futures
@@ -192,26 +191,13 @@ def test_ptxas_assembles_each_template_for_sm90(nvrtc_ready):
 # -- the host build -------------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    """One host build of every kernel (a translation unit per worker), which ``run_plan`` uses
-    while this module runs (a plan whose kernels it lacks still gets its own build)."""
+def host():
+    """One host build of every kernel (a translation unit per worker): ``cuda_plans.library``
+    keeps it, and every plan of this module then runs in it (no g++ build per plan)."""
     why = hostbuild.why_unavailable()
     if why:
         _missing(why)
-    kernels = _host_kernels(hostbuild.have_float16())
-    units = [rk.program(kernels[k::WORKERS]) for k in range(WORKERS)]
-    lib = hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_reduce_host")), jobs=WORKERS)
-    names = {k.name for k in kernels}
-    build = cuda_plans.library
-
-    def library(plan_kernels):
-        plan_kernels = list(plan_kernels)
-        return lib if all(k.name in names for k in plan_kernels) else build(plan_kernels)
-
-    patch = pytest.MonkeyPatch()
-    patch.setattr(cuda_plans, "library", library)
-    yield lib
-    patch.undo()
+    return cuda_plans.library(_host_kernels(hostbuild.have_float16()), jobs=WORKERS)
 
 
 def _layouts(op, arrays):
@@ -721,8 +707,6 @@ def test_every_op_of_the_family_has_a_plan_and_none_reads_strides():
     assert set(sk.PLANS) == {Softmax, LogSoftmax, SoftmaxCrossEntropy,
                              SoftmaxCrossEntropyBackward}
     assert rk.STRIDED == sk.STRIDED == frozenset()
-    for fn in PLANS.values():
-        assert fn.__doc__ or fn.__name__.startswith("_plan_")
 
 
 # -- errors ---------------------------------------------------------------------------------------

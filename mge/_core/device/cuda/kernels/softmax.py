@@ -29,7 +29,8 @@ run).
 memory for ``TX * TY`` accumulators plus a column's max and sum), and for a reduced loss a
 second, one block, summing the per-sample losses the first left in the workspace.  ``STRIDED``
 is empty: the kernels address dense ``(outer, n, inner)`` views, the labels and dy dense arrays,
-so the device makes strided inputs dense first.
+so the device makes strided inputs dense first.  A softmax over a tuple of axes that are not
+adjacent raises ``NotImplementedError`` (``reduce.reduce_view``; no transposing copy step).
 
 **The check.**  A label out of range sets an int status word in the workspace (and gives NaN in
 that sample's loss; the gradient then has no one-hot term for it): the plan's ``Check`` on it
