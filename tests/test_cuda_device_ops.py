@@ -93,10 +93,10 @@ def close(fn, rtol=1e-5, atol=1e-6):
 
 
 def ran(dev, fn):
-    """``fn()`` run, and the op names the device executed meanwhile."""
+    """``fn()`` run, and the names of the op classes the device executed meanwhile."""
     before = dict(dev.executed)
     fn()
-    return {k for k, v in dev.executed.items() if v > before.get(k, 0)}
+    return {k.split(".")[0] for k, v in dev.executed.items() if v > before.get(k, 0)}
 
 
 def family(name):
@@ -223,3 +223,266 @@ def test_every_family_table_in_the_plan_format_is_registered(cuda):
                 assert launcher.strided == (cls in getattr(m, "STRIDED", ()))
                 assert launcher.reuse == bool(getattr(m, "INPLACE", {}).get(cls))
     assert set(plans.REGISTERED) <= set(CUDA_KERNELS)
+
+
+# == the families' ops through the functional API ==================================================
+def _x(shape=(4, 5, 6), seed=0, dtype="float32"):
+    return rng(seed).standard_normal(shape).astype(dtype)
+
+
+X = _x()
+IMG = _x((2, 3, 8, 8), 1)
+WEIGHT = _x((4, 3, 3, 3), 2)
+
+
+def _i32(d, a):
+    return mge.tensor(np.asarray(a), dtype="int32", device=d)
+
+
+def _grads(d, f, *arrays):
+    """``[f(*params), d loss / d param...]`` with loss ``sum(f(...) ** 2)`` through GradManager."""
+    ps = [mge.Parameter(a, device=d) for a in arrays]
+    gm = GradManager().attach(ps)
+    with gm:
+        y = f(*ps)
+        gm.backward(F.sum(y * y))
+    return [y] + [p.grad for p in ps]
+
+
+def _setitem(t, index, value):
+    t[index] = value
+    return t
+
+
+def _bn(d, a, w, b):
+    c = a.shape[1]
+    mean = mge.tensor(np.zeros((1, c, 1, 1), "float32"), device=d)
+    var = mge.tensor(np.ones((1, c, 1, 1), "float32"), device=d)
+    return F.batch_norm(a, mean, var, w, b, training=True)
+
+
+_C = np.ones((1, 3, 1, 1), "float32")
+_LN_W, _LN_B = _x((8, 8), 3), _x((8, 8), 4)
+
+# family -> (case id, fn(device) -> tensors, the op classes it must run through the family's plans
+# on the device, tolerance: 0 for bit for bit, else (rtol, atol))
+CASES = {
+    "reduce": [
+        ("sum", lambda d: [F.sum(on(d, X), axis=1)], {"Reduce"}, (1e-6, 1e-6)),
+        ("mean_not_adjacent", lambda d: [F.mean(on(d, X), axis=(0, 2), keepdims=True)],
+         {"Reduce"}, (1e-6, 1e-6)),
+        ("max", lambda d: [F.max(on(d, X), axis=2)], {"Reduce"}, 0),
+        ("min_all", lambda d: [F.min(on(d, X))], {"Reduce"}, 0),
+        ("prod", lambda d: [F.prod(on(d, X), axis=0)], {"Reduce"}, (1e-6, 1e-7)),
+        ("sum_int", lambda d: [F.sum(_i32(d, np.arange(60).reshape(3, 4, 5)), axis=(1, 2))],
+         {"Reduce"}, 0),
+        ("argmax", lambda d: [F.argmax(on(d, X), axis=1)], {"Argmax"}, 0),
+        ("argmin_not_adjacent", lambda d: [F.argmin(on(d, X), axis=(0, 2))], {"Argmin"}, 0),
+        ("argsort", lambda d: list(F.argsort(on(d, X.reshape(20, 6)), descending=True)),
+         {"Argsort"}, 0),
+        ("topk", lambda d: list(F.topk(on(d, X.reshape(20, 6)), 3)), {"TopK"}, 0),
+        ("sum_backward", lambda d: _grads(d, lambda a: F.sum(a, axis=(1, 3)), IMG), {"Reduce"},
+         (1e-5, 1e-5)),
+    ],
+    "softmax": [
+        ("softmax", lambda d: [F.softmax(on(d, X), axis=1)], {"Softmax"}, (1e-6, 1e-7)),
+        ("logsoftmax", lambda d: [F.logsoftmax(on(d, X), axis=-1)], {"LogSoftmax"},
+         (1e-6, 1e-6)),
+        ("cross_entropy", lambda d: _grads(d, lambda a: F.nn.cross_entropy(
+            a, _i32(d, np.arange(20) % 6)), X.reshape(20, 6)), {"SoftmaxCrossEntropy"},
+         (1e-5, 1e-6)),
+        ("softmax_backward", lambda d: _grads(d, lambda a: F.softmax(a, axis=1), IMG),
+         {"Softmax"}, (1e-5, 1e-6)),
+    ],
+    "relayout": [
+        ("transpose", lambda d: [F.transpose(on(d, X), (2, 0, 1)) + 0], set(), 0),
+        ("broadcast_to", lambda d: [F.broadcast_to(on(d, X[:, :1]), (4, 5, 6)) * 1], set(), 0),
+        ("slicing", lambda d: [F.copy(on(d, X)[1:3, ::-2, 1])], {"Subtensor"}, 0),
+        ("setitem", lambda d: [_setitem(on(d, X) + 0, (slice(1, 3), 2), 7.0)],
+         {"SetSubtensor"}, 0),
+        ("concat", lambda d: [F.concat([on(d, X), on(d, X) * 2], axis=1)], {"Concat"}, 0),
+        ("stack", lambda d: [F.stack([on(d, X), on(d, X)], axis=2)], {"Stack"}, 0),
+        ("split", lambda d: list(F.split(on(d, X), 3, axis=2)), {"Split"}, 0),
+        ("tile", lambda d: [F.tile(on(d, X), (2, 1, 3))], {"Tile"}, 0),
+        ("repeat", lambda d: [F.repeat(on(d, X), 2, axis=1)], {"Repeat"}, 0),
+        ("roll", lambda d: [F.roll(on(d, X), (1, -2), (0, 2))], {"Roll"}, 0),
+        ("diag", lambda d: [F.diag(on(d, X[0, 0])), F.diag(on(d, X[0, 0]), k=1)], {"Diag"}, 0),
+        ("creation", lambda d: [F.zeros((3, 4), device=d), F.ones((3, 4), device=d),
+                                F.full((3, 4), 2.5, device=d)], set(), 0),
+        ("arange_linspace_eye", lambda d: [F.arange(0, 10, 0.5, device=d),
+                                           F.linspace(0, 1, 11, device=d), F.eye(4, 5, device=d)],
+         {"Arange", "Linspace", "Eye"}, 0),
+    ],
+    "norm": [
+        ("batch_norm", lambda d: _grads(d, lambda a, w, b: _bn(d, a, w, b), IMG, 1.5 * _C,
+                                        0.2 * _C), {"BatchNorm", "BatchNormBackward"},
+         (1e-4, 1e-4)),
+        ("layer_norm", lambda d: _grads(d, lambda a, w, b: F.layer_norm(a, (8, 8), True, w, b),
+                                        IMG, _LN_W, _LN_B), {"LayerNorm", "LayerNormBackward"},
+         (1e-4, 1e-4)),
+    ],
+    "conv": [
+        ("conv2d", lambda d: _grads(d, lambda a, w: F.conv2d(a, w, padding=1), IMG, WEIGHT),
+         {"Convolution", "ConvolutionBackwardData", "ConvolutionBackwardFilter"}, (1e-4, 1e-4)),
+        ("conv2d_strided", lambda d: _grads(d, lambda a, w: F.conv2d(a, w, stride=2), IMG,
+                                            WEIGHT), {"Convolution"}, (1e-4, 1e-4)),
+    ],
+    "pool": [
+        ("max_pool2d", lambda d: _grads(d, lambda a: F.max_pool2d(a, 2, 2), IMG), {"Pooling"},
+         0),
+        ("avg_pool2d", lambda d: _grads(d, lambda a: F.avg_pool2d(a, 3, 2, 1), IMG),
+         {"Pooling", "PoolingBackward"}, (1e-6, 1e-6)),
+        ("adaptive", lambda d: _grads(d, lambda a: F.adaptive_avg_pool2d(a, (3, 3))
+                                      + F.adaptive_max_pool2d(a, (3, 3)), IMG),
+         {"AdaptivePooling"}, (1e-6, 1e-6)),
+    ],
+}
+
+
+def _cases():
+    for fam, cases in CASES.items():
+        for case in cases:
+            yield pytest.param(fam, *case, id=f"{fam}-{case[0]}")
+
+
+@pytest.mark.parametrize("fam,name,fn,ops,tol", list(_cases()))
+def test_family_ops_match_the_cpu(cuda, fam, name, fn, ops, tol):
+    """The op through the functional API on cudahost0 equals cpu0's (bit for bit, or within the
+    family's float32 tolerance), and ran through the family's plans."""
+    module = family(fam)
+    assert module is not None, f"{fam}: no PLANS table in the plan format"
+    got = {}
+    names = ran(cuda, lambda: got.setdefault("r", both(fn)))
+    assert ops <= names, (ops - names, names)
+    for op in ops:
+        (cls,) = [c for c in module.PLANS if c.__name__ == op]
+        assert plans.REGISTERED[cls] is module and lookup(cls).fn.__module__ == plans.__name__
+    for g, r in zip(*got["r"]):
+        if tol == 0 or g.dtype.kind not in "fc":
+            np.testing.assert_array_equal(g, r)
+        else:
+            np.testing.assert_allclose(g, r, rtol=tol[0], atol=tol[1])
+
+
+def test_a_label_out_of_range_raises_the_cpus_index_error_at_the_next_sync(cuda):
+    """``SoftmaxCrossEntropy``'s check: the CPU device's IndexError (its message), reported at the
+    next read; the device goes on."""
+    errors = []
+    for d in (DEV, "cpu0"):
+        loss = F.nn.cross_entropy(on(d, np.zeros((3, 4), "float32")), _i32(d, [0, 5, 1]))
+        with pytest.raises((IndexError, AsyncError)) as info:
+            loss.numpy()
+        err = info.value if isinstance(info.value, IndexError) else info.value.__cause__
+        assert isinstance(err, IndexError)
+        errors.append(str(err))
+        np.testing.assert_array_equal((on(d, np.ones(3, "float32")) * 2).numpy(), [2, 2, 2])
+    assert errors[0] == errors[1] and "label out of range" in errors[0]
+
+
+# == random numbers: properties, not values (the generator is the device's own) ===================
+def test_uniform_normal_and_dropout_on_the_device(cuda):
+    g = mge.random.RNG(seed=3, device=DEV)
+    u = g.uniform(-1, 2, size=(20000,))
+    assert u.device == DEV and u.dtype == np.float32
+    a = u.numpy()
+    assert -1 <= a.min() and a.max() < 2 and abs(a.mean() - 0.5) < 0.03
+    assert abs(a.var() - 0.75) < 0.03          # (b - a)^2 / 12
+    n = g.normal(1, 2, size=(20000,)).numpy()
+    assert abs(n.mean() - 1) < 0.05 and abs(n.std() - 2) < 0.05
+    # counter-based: the same seed gives the same numbers, a new draw new ones
+    again = mge.random.RNG(seed=3, device=DEV).uniform(-1, 2, size=(20000,)).numpy()
+    np.testing.assert_array_equal(again, a)
+    assert not np.array_equal(g.uniform(-1, 2, size=(20000,)).numpy(), a)
+    x = on(DEV, np.ones((20000,), "float32"))
+    names = ran(cuda, lambda: F.dropout(x, 0.3, training=True).numpy())
+    assert "Dropout" in names
+    y = F.dropout(x, 0.3, training=True).numpy()
+    assert set(np.unique(y).tolist()) <= {0.0, np.float32(1 / 0.7)}
+    assert abs((y == 0).mean() - 0.3) < 0.02
+
+
+# == optimizers: the fused updates, in place ========================================================
+def _opt_steps(d, make, steps=3):
+    r = rng(5)
+    w = mge.Parameter(r.standard_normal((7, 3)).astype("float32"), device=d)
+    opt = make([w])
+    for k in range(steps):
+        w.grad = on(d, r.standard_normal((7, 3)).astype("float32"))
+        opt.step()
+        opt.clear_grad()
+    return [w]
+
+
+@pytest.mark.parametrize("name,make,tol", [
+    ("sgd_momentum", lambda p: mge.optimizer.SGD(p, lr=0.01, momentum=0.9, weight_decay=1e-3),
+     0),
+    ("sgd_nesterov", lambda p: mge.optimizer.SGD(p, lr=0.01, momentum=0.9, nesterov=True), 0),
+    # Adam's 1 - beta ** t: the device's pow may differ from Python's in the last bit
+    ("adam", lambda p: mge.optimizer.Adam(p, lr=0.01, weight_decay=1e-2), (1e-6, 1e-7)),
+])
+def test_optimizer_steps_match_the_cpu_and_update_in_place(cuda, name, make, tol):
+    module = family("optimizer")
+    assert module is not None
+    before = cuda.inplace
+    got = {}
+    names = ran(cuda, lambda: got.setdefault("r", both(lambda d: _opt_steps(d, make))))
+    assert names & {"SGDUpdate", "AdamUpdate"}
+    assert cuda.inplace > before  # the parameter (and states) written over their old values
+    (g,), (r,) = got["r"]
+    if tol == 0:
+        np.testing.assert_array_equal(g, r)
+    else:
+        np.testing.assert_allclose(g, r, rtol=tol[0], atol=tol[1])
+
+
+# == a small conv net's training step ===============================================================
+class _Net(mge.module.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = mge.module.Conv2d(3, 4, 3, padding=1)
+        self.bn = mge.module.BatchNorm2d(4)
+        self.fc = mge.module.Linear(4 * 4 * 4, 5)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.bn(self.conv(x))), 2)
+        return self.fc(F.flatten(x, 1))
+
+
+def _train(d, init, steps=2):
+    old = mge.get_default_device()
+    mge.set_default_device(d)  # the module's buffers (BatchNorm's statistics) there too
+    try:
+        net = _Net()
+    finally:
+        mge.set_default_device(old)
+    for k, p in net.named_parameters():
+        p._reset(mge.tensor(init[k], device=d))
+    r = rng(9)
+    x = on(d, r.standard_normal((4, 3, 8, 8)).astype("float32"))
+    y = _i32(d, r.integers(0, 5, 4))
+    opt = mge.optimizer.SGD(net.parameters(), lr=0.1, momentum=0.9)
+    gm = GradManager().attach(net.parameters())
+    losses = []
+    for _ in range(steps):
+        with gm:
+            loss = F.nn.cross_entropy(net(x), y)
+            gm.backward(loss)
+        opt.step()
+        opt.clear_grad()
+        losses.append(loss)
+    return losses + list(net.parameters()) + [net.bn.running_mean, net.bn.running_var]
+
+
+def test_a_small_conv_net_trains_as_on_the_cpu(cuda):
+    """Conv2d + BatchNorm2d + ReLU + max pooling + Linear + cross_entropy + SGD with momentum:
+    two steps on cudahost0 equal cpu0's within float32 rounding (conv's GEMMs and the norms'
+    tree sums order their additions differently)."""
+    init = {k: p.numpy() for k, p in _Net().named_parameters()}
+    got = {}
+    names = ran(cuda, lambda: got.setdefault("r", both(lambda d: _train(d, init))))
+    assert {"Convolution", "BatchNorm", "Pooling", "SoftmaxCrossEntropy", "SGDUpdate",
+            "ConvolutionBackwardFilter", "BatchNormBackward"} <= names, names
+    g, r = got["r"]
+    for a, b in zip(g, r):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+    assert g[1] < g[0]
