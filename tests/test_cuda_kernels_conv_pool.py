@@ -1,28 +1,33 @@
 """The CUDA device's convolution and pooling kernels and launch plans, checked without a GPU.
 
 ``mge/_core/device/cuda/kernels/conv.py`` and ``pool.py`` write CUDA C (im2col, col2im, the
-dy transpose, the pooling kernels) and pure-Python launch plans (kernels with grid, block and
-arguments; cuBLAS GEMMs with m, n, k, transposes, leading dims and batch strides; workspace).
-Here:
+dy transpose, the pooling kernels) and pure-Python plans in ``kernels/launch.py``'s format
+(``PLANS[op class](op, ins, outs)``: ``Launch``es with grid, block and arguments; cuBLAS ``Gemm``s
+with m, n, k, transposes, leading dims and batch strides; ``Memset``; workspace).  Here:
 
 * every kernel and dtype signature compiles with NVRTC for ``compute_90`` and an older
   architecture (one program per group, ``-Ofc=max``), and ptxas assembles a representative
   program for ``sm_90`` with the kernels' own flags;
-* the same sources built with g++ run the plans on the host -- the kernels through ctypes, each
-  GEMM by numpy exactly as the plan states it (column-major operands at the plan's offsets,
-  leading dims and batch strides, bounds checked, in the plan's compute dtype) -- over a grid of
-  shapes, strides, paddings, dilations, groups, 1-D/2-D/3-D, workspace limits that cut the batch
-  into chunks, and 32- and 64-bit index variants.  Outputs and workspace start as NaN, so an
-  element a plan forgets shows.  The convolutions are compared with float64 references within a
-  bound of the float rounding (relative to the sums of magnitudes) and with the CPU kernels;
-  the pooling ops are bit-identical to the CPU kernels (save what ``pool.DIFFERENCES`` says);
-* the plans' structure (chunking, fast paths, call batching, index widths) and the errors.
+* the same sources built with g++ (one library of every kernel, built once) run the plans on the
+  host through ``tests/cuda_plans.run_plan`` -- the kernels through ctypes with exactly the
+  plan's arguments, each GEMM by numpy as the plan states it (column-major operands at the
+  plan's byte offsets, leading dims and batch strides, bounds checked, in the plan's compute
+  dtype) -- over a grid of shapes, strides, paddings, dilations, groups, 1-D/2-D/3-D, workspace
+  limits that cut the batch into chunks, and 32- and 64-bit index variants (``index_bits=64``).
+  Outputs and workspace start as 0xff bytes (NaN), so an element a plan forgets shows.  The
+  convolutions are compared with float64 references within a bound of the float rounding
+  (relative to the sums of magnitudes) and with the CPU kernels (``KERNELS``); the pooling ops
+  are bit-identical to the CPU kernels (save what ``pool.DIFFERENCES`` says);
+* the plans' structure (``PLANS`` covers every op, ``STRIDED``, chunking, fast paths, call
+  batching, index widths, launch geometry, GEMM outputs that never overlap) and the errors
+  (the op's rule first, then the CUDA limits; neither family has data-dependent ``Check``s);
+* a convolution's mixed-dtype GEMM (float16 into float32) through ``HostBackend.gemm`` and
+  ``pycuda_backend.gemm_ex_args`` (the cuBLAS arguments the GPU gets).
 
 Without libnvrtc, ptxas or g++ the tests that need them are skipped with the reason, except
 under ``CI`` (which installs them), where that is a failure.
 """
 import concurrent.futures
-import ctypes
 import os
 import re
 import warnings
@@ -30,11 +35,15 @@ import warnings
 import numpy as np
 import pytest
 
+from cuda_plans import library, run_plan
 from mge._core.device.cpu import KERNELS
-from mge._core.device.cuda import hostbuild, nvrtc
+from mge._core.device.cuda import hostbuild, nvrtc, pycuda_backend
+from mge._core.device.cuda.host_backend import HostBackend
 from mge._core.device.cuda.kernels import conv as ck
 from mge._core.device.cuda.kernels import elemwise as ek
+from mge._core.device.cuda.kernels import launch as L
 from mge._core.device.cuda.kernels import pool as pk
+from mge._core.ops.base import INFER, TensorDesc
 from mge._core.ops.nn_conv import Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter
 from mge._core.ops.nn_pool import AdaptivePooling, MaxPoolingGather, Pooling, PoolingBackward
 
@@ -142,140 +151,91 @@ def test_kernel_names_are_unique_c_identifiers():
     assert all(re.fullmatch(r"mge_[a-z0-9_]+_s(32|64)", n) and "__" not in n for n in names)
 
 
-# -- the host build and a runner of plans ---------------------------------------------------------
-
-class Window(ctypes.Structure):
-    """``struct mge_window`` for ctypes."""
-
-    _fields_ = [(name, ctypes.c_int * 3) for name in ck.WINDOW_DTYPE.names]
-
+# -- the host build and the plans -----------------------------------------------------------------
 
 _HOST_EXTRA = [ek.typecvt_kernel(F32, F16)]
 
 
 @pytest.fixture(scope="module")
-def host(tmp_path_factory):
-    """One host build of every kernel (float16 ones where g++ has ``_Float16``)."""
+def host():
+    """Whether float16 runs on the host, after one build of every kernel (float16 ones where g++
+    has ``_Float16``): every plan below then runs in that library (``cuda_plans.library`` reuses
+    a library built for more kernels)."""
     why = hostbuild.why_unavailable()
     if why:
         _missing(why)
     f16 = hostbuild.have_float16()
     kernels = [k for group in KERNEL_GROUPS.values() for k in group] + _HOST_EXTRA
-    kernels = [k for k in kernels if f16 or "f16" not in k.name]
-    units = [ek.program(kernels[k::WORKERS]) for k in range(WORKERS)]
-    return hostbuild.build(units, str(tmp_path_factory.mktemp("cuda_conv_pool")), jobs=WORKERS)
+    library([k for k in kernels if f16 or "f16" not in k.name], jobs=WORKERS)
+    return f16
 
 
 def _need_float16(host, *dtypes):
-    if F16 in dtypes and not host.float16:
+    if F16 in dtypes and not host:
         _missing("this g++ has no _Float16 for the float16 kernels (gcc 12 or later has it)")
 
 
-def _matrix(buf, offset, rows, cols, ld, what):
-    """The column-major ``rows x cols`` matrix at ``offset`` of ``buf``, columns ``ld`` apart
-    (a writable view), after checking that it lies inside ``buf``."""
-    assert ld >= max(1, rows), f"{what}: leading dim {ld} < {rows} rows"
-    last = offset + (cols - 1) * ld + rows - 1
-    assert 0 <= offset and last < buf.size, f"{what}: reaches element {last} of {buf.size}"
-    size = buf.itemsize
-    return np.lib.stride_tricks.as_strided(buf[offset:], (rows, cols), (size, ld * size))
+def _layouts(descs):
+    """``launch.Layout``s of ``(shape, dtype)`` pairs or arrays."""
+    return [L.Layout(d.shape, d.dtype) if isinstance(d, np.ndarray) else L.Layout(*d)
+            for d in descs]
 
 
-def _run_gemm(call, buffers):
-    """One ``GemmCall`` as cuBLAS would run it, in numpy (and the plan's compute dtype)."""
-    ct = call.compute_dtype
-    for name, dtype in ((call.a.name, call.a_dtype), (call.b.name, call.b_dtype),
-                        (call.c.name, call.c_dtype)):
-        assert buffers[name].dtype == dtype, f"GEMM operand {name} is {buffers[name].dtype}"
-    written = np.zeros(buffers[call.c.name].size, bool)
-    for i in range(call.batch):
-        ar, ac = (call.k, call.m) if call.transa else (call.m, call.k)
-        br, bc = (call.n, call.k) if call.transb else (call.k, call.n)
-        a = _matrix(buffers[call.a.name], call.a.offset + i * call.stride_a, ar, ac, call.lda, "A")
-        b = _matrix(buffers[call.b.name], call.b.offset + i * call.stride_b, br, bc, call.ldb, "B")
-        cbuf = buffers[call.c.name]
-        offset = call.c.offset + i * call.stride_c
-        c = _matrix(cbuf, offset, call.m, call.n, call.ldc, "C")
-        cells = np.lib.stride_tricks.as_strided(np.arange(cbuf.size)[offset:], c.shape,
-                                                (8, 8 * call.ldc))
-        assert not written[cells].any(), "two batch entries of one GEMM write one element"
-        written[cells] = True
-        a = a.T if call.transa else a
-        b = b.T if call.transb else b
-        res = call.alpha * (a.astype(ct) @ b.astype(ct))
-        if call.beta:  # cuBLAS does not read C when beta is 0 (it may hold NaN)
-            res = res + call.beta * c.astype(ct)
-        c[...] = res.astype(call.c_dtype)
+def _outs(op, ins):
+    """The outputs' ``Layout``s by the op's rule (as the device gives them to the plan)."""
+    return [L.Layout(d.shape, d.dtype) for d in
+            INFER[type(op)](op, [TensorDesc(i.shape, i.dtype) for i in ins])]
 
 
-def _c_arg(param, arg, buffers):
-    """The ctypes value of ``arg`` for the kernel parameter ``param`` (type-checked)."""
-    if isinstance(arg, ck.Buf):
-        base = param.split("*")[0].replace("const ", "").strip()
-        buf = buffers[arg.name]
-        assert base in (ek._storage(buf.dtype), "void"), f"{param} gets {arg.name} ({buf.dtype})"
-        assert 0 <= arg.offset <= buf.size
-        return ctypes.c_void_p(buf.ctypes.data + arg.offset * buf.itemsize)
-    if isinstance(arg, np.int32):
-        assert param.startswith("int "), param
-        return ctypes.c_int(int(arg))
-    if isinstance(arg, np.int64):
-        assert param.startswith("long long "), param
-        return ctypes.c_longlong(int(arg))
-    assert isinstance(arg, np.void) and arg.dtype == ck.WINDOW_DTYPE, (param, arg)
-    assert param.startswith("mge_window "), param
-    return Window.from_buffer_copy(arg.tobytes())
+def plan_of(op, descs, **options):
+    """``(plan, ins, outs)`` of ``op`` on ``descs`` through its family's ``PLANS`` table."""
+    ins = _layouts(descs)
+    outs = _outs(op, ins)
+    table = ck.PLANS if type(op) in ck.PLANS else pk.PLANS
+    return table[type(op)](op, ins, outs, **options), ins, outs
 
 
-def _run_launch(launch, buffers, lib, bits):
-    kernel, args = launch.kernel, launch.args
-    assert len(args) == len(kernel.params), kernel.name
-    assert launch.block == (ck.BLOCK, 1, 1) and launch.grid[1:] == (1, 1)
-    n = next(int(a) for a in args if isinstance(a, (np.int32, np.int64)))
-    assert launch.grid[0] * ck.BLOCK >= n or launch.grid[0] == ck.MAX_GRID
-    name = kernel.name
-    if bits == 64 and name.endswith("_s32"):  # the 64-bit variant of the same launch
-        name = name[:-4] + "_s64"
-        args = tuple(np.int64(a) if isinstance(a, np.int32) else a for a in args)
-        kernel = next(k for g in KERNEL_GROUPS.values() for k in g if k.name == name)
-    values = [_c_arg(p, a, buffers) for p, a in zip(kernel.params, args)]
-    lib.function(name, [type(v) for v in values])(*values)
-
-
-def run_plan(plan, lib, *inputs, bits=None):
-    """Run ``plan`` on the host build ``lib``: ``inputs`` in the plan's input order; returns
-    the outputs.  ``bits=64`` launches the 64-bit index variant of each 32-bit kernel."""
-    buffers = {}
-    ins = [b for b in plan.buffers if b.role == "input"]
-    assert len(ins) == len(inputs)
-    for spec, value in zip(ins, inputs):
-        assert value.shape == spec.shape and value.dtype == spec.dtype, spec
-        buffers[spec.name] = np.ascontiguousarray(value).reshape(-1).copy()
-    for spec in plan.buffers:
-        if spec.role != "input":
-            fill = np.nan if spec.dtype.kind == "f" else 0x5A
-            buffers[spec.name] = np.full(spec.count, fill, spec.dtype)
-    if plan.workspace_bytes:
-        ends = [(b.offset, b.offset + b.count * b.dtype.itemsize) for b in plan.buffers
-                if b.role == "workspace"]
-        assert all(e1 <= s2 for (_, e1), (s2, _) in zip(sorted(ends), sorted(ends)[1:]))
-        assert all(s % ck.WORKSPACE_ALIGNMENT == 0 for s, _ in ends)
-    for step in plan.steps:
-        if isinstance(step, ck.Launch):
-            _run_launch(step, buffers, lib, bits)
-        elif isinstance(step, ck.GemmCall):
-            _run_gemm(step, buffers)
+def _check_structure(plan):
+    """What the host run cannot see: every launch a 1-D grid of THREADS-thread blocks covering
+    its ``n`` (up to the grid-stride cap), and no two batch entries of one GEMM writing one
+    element (cuBLAS runs them in parallel)."""
+    for s in plan.steps:
+        if isinstance(s, L.Launch):
+            assert s.block == (L.THREADS, 1, 1), s.kernel.name
+            n = next(int(a) for a in s.args if isinstance(a, (np.int32, np.int64)))
+            assert s.grid == L.grid_for(n), (s.kernel.name, s.grid, n)
+        elif isinstance(s, L.Gemm):
+            e = np.dtype(s.c_dtype).itemsize
+            assert s.c.offset % e == 0
+            cells = (s.c.offset // e + np.arange(s.batch)[:, None, None] * s.stride_c
+                     + np.arange(s.m)[None, :, None] + np.arange(s.n)[None, None, :] * s.ldc)
+            assert np.unique(cells).size == cells.size, "two batch entries write one element"
         else:
-            assert isinstance(step, ck.Fill)
-            buffers[step.buf.name][step.buf.offset:step.buf.offset + step.count] = 0
-    outs = [b for b in plan.buffers if b.role == "output"]
-    return [buffers[b.name].reshape(b.shape) for b in outs]
+            assert isinstance(s, L.Memset), s
+
+
+def run(op, arrays, **options):
+    """Plan ``op`` on ``arrays`` through ``PLANS``, check the plan's structure, run it on the
+    host build (``cuda_plans.run_plan``); the outputs."""
+    plan, _, outs = plan_of(op, arrays, **options)
+    _check_structure(plan)
+    if options.get("index_bits") == 64:
+        assert all(k.name.endswith("_s64") for k in plan.kernels if "typecvt" not in k.name)
+    return run_plan(plan, list(arrays), outs)
 
 
 def _cpu(op, *arrays):
     with np.errstate(all="ignore"), warnings.catch_warnings():
         warnings.simplefilter("ignore")
         return [np.asarray(a) for a in KERNELS[type(op)](op, *arrays)]
+
+
+def test_the_plans_tables_cover_every_op_and_read_no_strides():
+    assert set(ck.PLANS) == {Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter}
+    assert set(pk.PLANS) == {Pooling, AdaptivePooling, PoolingBackward, MaxPoolingGather}
+    assert ck.STRIDED == frozenset() and pk.STRIDED == frozenset()
+    for table in (ck.PLANS, pk.PLANS):
+        assert all(cls in KERNELS for cls in table)  # the CPU device has each
 
 
 # -- convolutions ---------------------------------------------------------------------------------
@@ -337,12 +297,18 @@ def _check_close(got, op, inputs, what):
                               f"{got.flat[bad[0]]!r} vs {want.flat[bad[0]]!r}")
 
 
+def _chunk(plan):
+    """Images a chunk of a chunked plan (its im2col/col2im launches' ``images``), else 0."""
+    sizes = [int(s.args[4]) for s in plan.launches if "col" in s.kernel.name]
+    return max(sizes, default=0)
+
+
 def _limits(plan):
     """Workspace limits that cut the batch differently: the default, about two images a chunk,
     and below one image (one image a chunk)."""
-    if not plan.workspace_bytes or plan.chunk < 2:
+    if not plan.workspace or _chunk(plan) < 2:
         return [ck.DEFAULT_WORKSPACE_LIMIT, 1]
-    per_image = plan.workspace_bytes // plan.chunk
+    per_image = plan.workspace // _chunk(plan)
     return [ck.DEFAULT_WORKSPACE_LIMIT, 2 * per_image + per_image // 2, 1]
 
 
@@ -352,18 +318,17 @@ def test_the_conv_plans_compute_what_the_cpu_kernels_do(host, case, dtype):
     _need_float16(host, dtype)
     rng = np.random.default_rng(sum(map(ord, _case_id(case) + str(dtype))))
     for op, inputs in _conv_problems(case, dtype, rng):
-        descs = [(a.shape, a.dtype) for a in inputs]
-        plan = ck.PLANS[type(op)](op, descs)
+        plan, _, _ = plan_of(op, inputs)
         for k, limit in enumerate(_limits(plan)):
-            plan = ck.PLANS[type(op)](op, descs, workspace_limit=limit)
-            if plan.chunk and plan.buffers[-1].role == "workspace":
+            plan, _, _ = plan_of(op, inputs, workspace_limit=limit)
+            if plan.workspace:
                 # the chunks' workspace is under the limit whenever one image fits
-                one = ck.PLANS[type(op)](op, descs, workspace_limit=1).workspace_bytes
-                assert plan.workspace_bytes <= max(limit, one)
+                one = plan_of(op, inputs, workspace_limit=1)[0].workspace
+                assert plan.workspace <= max(limit, one)
             bits = 64 if k == 1 else 32  # the 64-bit variants on one of the chunkings
-            (got,) = run_plan(plan, host, *inputs, bits=bits)
+            (got,) = run(op, inputs, workspace_limit=limit, index_bits=bits)
             _check_close(got, op, inputs, f"{type(op).__name__} {dtype} workspace limit "
-                         f"{limit} ({plan.chunk} images a chunk, {bits}-bit index)")
+                         f"{limit} ({_chunk(plan)} images a chunk, {bits}-bit index)")
 
 
 def _random_geometries(count, seed=2024):
@@ -392,9 +357,8 @@ def _random_geometries(count, seed=2024):
 def test_random_geometries_in_float32(host, case):
     rng = np.random.default_rng(sum(map(ord, _case_id(case))))
     for op, inputs in _conv_problems(case, F32, rng):
-        descs = [(a.shape, a.dtype) for a in inputs]
         for limit in (ck.DEFAULT_WORKSPACE_LIMIT, 1):
-            (got,) = run_plan(ck.PLANS[type(op)](op, descs, workspace_limit=limit), host, *inputs)
+            (got,) = run(op, inputs, workspace_limit=limit)
             _check_close(got, op, inputs, f"{type(op).__name__} workspace limit {limit}")
 
 
@@ -416,99 +380,133 @@ def test_chunks_cover_the_batch_evenly_under_the_limit():
 
 def test_the_forward_plan_states_its_gemms_in_cublas_terms():
     op = Convolution((1, 1), (1, 1), (1, 1), 2)
-    plan = ck.conv_forward_plan(op, [((3, 4, 5, 6), F32), ((2, 3, 2, 3, 3), F32)])
+    plan, _, _ = plan_of(op, [((3, 4, 5, 6), F32), ((2, 3, 2, 3, 3), F32)])
     im2col, *gemms = plan.steps
-    assert im2col.kernel.name == "mge_im2col_f32_s32" and plan.chunk == 3
+    assert im2col.kernel.name == "mge_im2col_f32_s32" and _chunk(plan) == 3
+    assert im2col.args[:2] == (L.Buf("ws"), L.Buf("in0"))
     assert im2col.args[2:5] == (4 * 3 * 30, 4, 3)  # n = channels * images * P, channels, images
-    assert im2col.grid == (-(-360 // ck.BLOCK), 1, 1)
+    assert im2col.grid == (-(-360 // L.THREADS), 1, 1)
     assert len(gemms) == 2  # groups (2) <= images (3): one call per group, batched over images
     g1 = gemms[1]
     assert (g1.transa, g1.transb, g1.m, g1.n, g1.k) == (False, False, 30, 3, 18)
-    assert (g1.a, g1.lda, g1.stride_a) == (ck.Buf("col", 18 * 90), 90, 30)
-    assert (g1.b, g1.ldb, g1.stride_b) == (ck.Buf("w", 3 * 18), 18, 0)
-    assert (g1.c, g1.ldc, g1.stride_c, g1.batch) == (ck.Buf("y", 3 * 30), 30, 6 * 30, 3)
-    assert plan.buffer("col").count == 4 * 9 * 3 * 30
-    assert plan.workspace_bytes == 4 * 9 * 3 * 30 * 4
+    assert (g1.a, g1.lda, g1.stride_a) == (L.Buf("ws", 18 * 90 * 4), 90, 30)  # bytes; elements
+    assert (g1.b, g1.ldb, g1.stride_b) == (L.Buf("in1", 3 * 18 * 4), 18, 0)
+    assert (g1.c, g1.ldc, g1.stride_c, g1.batch) == (L.Buf("out0", 3 * 30 * 4), 30, 6 * 30, 3)
+    assert plan.workspace == 4 * 9 * 3 * 30 * 4 and plan.checks == () and plan.readback is None
+    assert plan.notes == ("batch in 1 chunks of up to 3 images",)
     # more groups than images: one call per image, batched over the groups
-    plan = ck.conv_forward_plan(Convolution((1, 1), (0, 0), (1, 1), 4),
-                                [((2, 8, 5, 5), F64), ((4, 1, 2, 3, 3), F64)])
-    gemms = [s for s in plan.steps if isinstance(s, ck.GemmCall)]
+    plan, _, _ = plan_of(Convolution((1, 1), (0, 0), (1, 1), 4),
+                         [((2, 8, 5, 5), F64), ((4, 1, 2, 3, 3), F64)])
+    gemms = [s for s in plan.steps if isinstance(s, L.Gemm)]
     assert [(g.batch, g.stride_b, g.compute_dtype) for g in gemms] == [(4, 18, F64)] * 2
+    assert gemms[1].c == L.Buf("out0", 4 * 9 * 8)  # image 1 of y (4 x 3 x 3 float64)
 
 
 def test_pointwise_convolutions_run_as_gemms_on_the_tensors_themselves():
     op = Convolution((1, 1), (0, 0), (1, 1), 1)
-    plan = ck.conv_forward_plan(op, [((5, 4, 3, 3), F16), ((6, 4, 1, 1), F16)])
-    assert plan.workspace_bytes == 0 and plan.notes
+    plan, _, _ = plan_of(op, [((5, 4, 3, 3), F16), ((6, 4, 1, 1), F16)])
+    assert plan.workspace == 0 and plan.notes == ("pointwise: the GEMMs read x",)
     (gemm,) = plan.steps
-    assert (gemm.a.name, gemm.stride_a, gemm.batch, gemm.k) == ("x", 36, 5, 4)
+    assert (gemm.a, gemm.stride_a, gemm.batch, gemm.k) == (L.Buf("in0"), 36, 5, 4)
     assert (gemm.a_dtype, gemm.c_dtype, gemm.compute_dtype) == (F16, F16, F32)
-    plan = ck.conv_backward_data_plan(ConvolutionBackwardData((1, 1), (0, 0), (1, 1), 1, (0, 0)),
-                                      [((6, 4, 1, 1), F32), ((5, 6, 3, 3), F32)])
-    assert [s.c.name for s in plan.steps] == ["dx"] and plan.workspace_bytes == 0
+    plan, _, _ = plan_of(ConvolutionBackwardData((1, 1), (0, 0), (1, 1), 1, (0, 0)),
+                         [((6, 4, 1, 1), F32), ((5, 6, 3, 3), F32)])
+    assert [s.c.name for s in plan.steps] == ["out0"] and plan.workspace == 0
 
 
-def test_the_filter_gradient_sums_chunks_and_rounds_float16_once():
+def test_the_filter_gradient_sums_chunks_and_rounds_float16_once(host):
+    _need_float16(host, F16)
     op = ConvolutionBackwardFilter((1, 1), (1, 1), (1, 1), 1)
     descs = [((4, 2, 5, 5), F16), ((4, 3, 5, 5), F16), ((3, 2, 3, 3), F16)]
-    plan = ck.conv_backward_filter_plan(op, descs, workspace_limit=3000)
-    gemms = [s for s in plan.steps if isinstance(s, ck.GemmCall)]
+    plan, _, _ = plan_of(op, descs, workspace_limit=3000)
+    gemms = [s for s in plan.steps if isinstance(s, L.Gemm)]
     assert len(gemms) == 2 and [g.beta for g in gemms] == [0.0, 1.0]
-    assert all(g.c == ck.Buf("dw32") and g.c_dtype == F32 for g in gemms)
-    assert plan.steps[-1].kernel.name == ek.typecvt_kernel(F32, F16).name
-    names = [s.kernel.name for s in plan.steps if isinstance(s, ck.Launch)]
+    acc = gemms[0].c
+    assert acc.name == "ws" and acc.offset > 0 and acc.offset % ck.WORKSPACE_ALIGNMENT == 0
+    assert all(g.c == acc and g.c_dtype == F32 for g in gemms)
+    last = plan.steps[-1]
+    assert last.kernel.name == ek.typecvt_kernel(F32, F16).name
+    assert last.args == (L.Buf("out0"), acc, np.int64(54))
+    names = [s.kernel.name for s in plan.launches]
     assert names.count("mge_nchw_to_cnp_f16_s32") == 2  # two images a chunk: dy transposed
-    assert plan.workspace_bytes <= 3000
-    one = ck.conv_backward_filter_plan(op, [((1,) + descs[0][0][1:], F16),
-                                            ((1,) + descs[1][0][1:], F16), descs[2]])
-    assert [s.c.name for s in one.steps if isinstance(s, ck.GemmCall)] == ["dw"]
+    assert plan.workspace <= 3000 and len(plan.notes) == 2
+    # and it computes what the CPU kernel does (summed in float32, rounded once)
+    rng = np.random.default_rng(5)
+    x, dy, w = (rng.normal(size=d[0]).astype(F16) for d in descs)
+    (got,) = run(op, [x, dy, w], workspace_limit=3000)
+    _check_close(got, op, [x, dy, w], "float16 filter gradient in two chunks")
+    one, _, _ = plan_of(op, [((1,) + descs[0][0][1:], F16), ((1,) + descs[1][0][1:], F16),
+                             descs[2]])
+    assert [s.c.name for s in one.steps if isinstance(s, L.Gemm)] == ["out0"]
     assert "mge_nchw_to_cnp_f16_s32" not in [k.name for k in one.kernels]
-    empty = ck.conv_backward_filter_plan(op, [((0, 2, 5, 5), F32), ((0, 3, 5, 5), F32),
-                                              ((3, 2, 3, 3), F32)])
-    assert empty.steps == (ck.Fill(ck.Buf("dw"), 54),)
+    empty, _, _ = plan_of(op, [((0, 2, 5, 5), F32), ((0, 3, 5, 5), F32), ((3, 2, 3, 3), F32)])
+    assert empty.steps == (L.Memset(L.Buf("out0"), 54 * 4),) and empty.workspace == 0
 
 
 def test_an_empty_batch_and_zero_gradients(host):
     op = ConvolutionBackwardFilter((1, 1), (1, 1), (1, 1), 1)
     x, dy, w = np.ones((0, 2, 5, 5), F32), np.ones((0, 3, 5, 5), F32), np.ones((3, 2, 3, 3), F32)
-    plan = ck.conv_backward_filter_plan(op, [(a.shape, a.dtype) for a in (x, dy, w)])
-    (dw,) = run_plan(plan, host, x, dy, w)
+    (dw,) = run(op, [x, dy, w])  # the output starts as NaN bytes: the Memset zeroes it
     assert dw.shape == w.shape and not dw.any()
-    fwd = ck.conv_forward_plan(Convolution((1, 1), (1, 1), (1, 1), 1),
-                               [((0, 2, 5, 5), F32), ((3, 2, 3, 3), F32)])
-    assert fwd.steps == () and fwd.workspace_bytes == 0
+    np.testing.assert_array_equal(dw, _cpu(op, x, dy, w)[0])
+    fwd, _, _ = plan_of(Convolution((1, 1), (1, 1), (1, 1), 1),
+                        [((0, 2, 5, 5), F32), ((3, 2, 3, 3), F32)])
+    assert fwd.steps == () and fwd.workspace == 0
+    back, _, _ = plan_of(ConvolutionBackwardData((1, 1), (1, 1), (1, 1), 1, (0, 0)),
+                         [((3, 2, 3, 3), F32), ((0, 3, 5, 5), F32)])
+    assert back.steps == () and back.workspace == 0
 
 
 def test_large_launches_take_64_bit_indices():
     assert ck.launch_index_bits(2 ** 31 - 1) == 32 and ck.launch_index_bits(2 ** 31) == 64
     op = Convolution((1, 1), (1, 1), (1, 1), 1)
-    plan = ck.conv_forward_plan(op, [((2, 64, 4096, 4096), F32), ((8, 64, 3, 3), F32)],
-                                workspace_limit=1 << 40)
-    assert plan.chunk == 2 and plan.kernels[0].name == "mge_im2col_f32_s64"
+    descs = [((2, 64, 4096, 4096), F32), ((8, 64, 3, 3), F32)]
+    plan, _, _ = plan_of(op, descs, workspace_limit=1 << 40)
+    assert _chunk(plan) == 2 and plan.kernels[0].name == "mge_im2col_f32_s64"
     assert isinstance(plan.steps[0].args[2], np.int64)
-    small = ck.conv_forward_plan(op, [((2, 64, 4096, 4096), F32), ((8, 64, 3, 3), F32)])
-    assert small.chunk == 1 and small.kernels[0].name == "mge_im2col_f32_s64"  # 9.7 GB a column
-    pool = pk.pooling_plan(Pooling("max", (2, 2)), [((64, 64, 4096, 4096), F16)])
+    small, _, _ = plan_of(op, descs)
+    assert _chunk(small) == 1 and small.kernels[0].name == "mge_im2col_f32_s64"  # 9.7 GB a column
+    assert small.notes == ("batch in 2 chunks of up to 1 images",)
+    # the second chunk's x and y start one image in (byte offsets past 2**31)
+    second = [s for s in small.steps if isinstance(s, L.Launch)][1]
+    assert second.args[1] == L.Buf("in0", 64 * 4096 * 4096 * 4)
+    pool, _, _ = plan_of(Pooling("max", (2, 2)), [((64, 64, 4096, 4096), F16)])
     assert pool.kernels[0].name == "mge_pool_max_f16_s64"
-    assert pool.steps[0].grid == (ck.MAX_GRID, 1, 1)
+    assert pool.steps[0].grid == L.grid_for(64 * 64 * 2048 * 2048) == (65535, 1, 1)
 
 
 def test_convolution_errors_name_the_op_shapes_and_dtypes():
     op = Convolution((1, 1), (0, 0), (1, 1), 1)
+    f32 = _layouts([((1, 2, 5, 5), F32), ((3, 2, 3, 3), F32)])
+    good = _outs(op, f32)
+    # the op's rule first (outputs not even looked at)
     with pytest.raises(TypeError, match=r"Convolution: inputs must be floating point.*int32"):
-        ck.conv_forward_plan(op, [((1, 2, 5, 5), "int32"), ((3, 2, 3, 3), "int32")])
+        ck.conv_forward_plan(op, _layouts([((1, 2, 5, 5), "int32"), ((3, 2, 3, 3), "int32")]),
+                             [])
     with pytest.raises(ValueError, match=r"Convolution: input has 4 channels.*\(1, 4, 5, 5\)"):
-        ck.conv_forward_plan(op, [((1, 4, 5, 5), F32), ((3, 2, 3, 3), F32)])
+        ck.conv_forward_plan(op, _layouts([((1, 4, 5, 5), F32), ((3, 2, 3, 3), F32)]), [])
     with pytest.raises(TypeError, match=r"CUDA plan: expects 2 inputs"):
-        ck.conv_forward_plan(op, [((1, 2, 5, 5), F32)])
+        ck.conv_forward_plan(op, f32[:1], good)
     four = Convolution((1,) * 4, (0,) * 4, (1,) * 4, 1)
+    ins = _layouts([((1, 2, 3, 3, 3, 3), F32), ((1, 2, 1, 1, 1, 1), F32)])
     with pytest.raises(ValueError, match=r"CUDA plan: the CUDA kernels take 1 to 3 spatial dims, "
                                          r"got 4.*\(1, 2, 3, 3, 3, 3\)"):
-        ck.conv_forward_plan(four, [((1, 2, 3, 3, 3, 3), F32), ((1, 2, 1, 1, 1, 1), F32)])
+        ck.conv_forward_plan(four, ins, _outs(four, ins))
     bad_w = ConvolutionBackwardFilter((1, 1), (0, 0), (1, 1), 1)
+    ins = _layouts([((1, 2, 5, 5), F32), ((1, 3, 3, 3), F32), ((3, 2, 3, 3), F16)])
     with pytest.raises(TypeError, match=r"CUDA plan: all inputs must have one dtype.*float16"):
-        ck.conv_backward_filter_plan(bad_w, [((1, 2, 5, 5), F32), ((1, 3, 3, 3), F32),
-                                             ((3, 2, 3, 3), F16)])
+        ck.conv_backward_filter_plan(bad_w, ins, _outs(bad_w, ins))
+    # what the device must get right: the rule's outputs, dense inputs (STRIDED is empty)
+    with pytest.raises(ValueError, match=r"Convolution: CUDA plan: outputs \[\(\(1, 3, 3, 3\), "
+                                         r"dtype\('float16'\)\)\] are not the op's"):
+        ck.conv_forward_plan(op, f32, [L.Layout((1, 3, 3, 3), F16)])
+    strided = [L.Layout((1, 2, 5, 5), F32, (100, 50, 10, 2)), f32[1]]
+    with pytest.raises(ValueError, match=r"CUDA plan: input 0 has strides \(100, 50, 10, 2\); "
+                                         r"the plan takes dense inputs"):
+        ck.conv_forward_plan(op, strided, good)
+    assert ck.conv_forward_plan(op, [L.Layout((1, 2, 5, 5), F32, (50, 25, 5, 1)), f32[1]], good)
+    with pytest.raises(ValueError, match=r"Convolution: CUDA plan: index_bits must be 32 or 64"):
+        ck.conv_forward_plan(op, f32, good, index_bits=16)
     with pytest.raises(TypeError, match=r"im2col kernel: unsupported dtype int32"):
         ck.im2col_kernel("int32")
     with pytest.raises(TypeError, match=r"col2im kernel: not a dtype"):
@@ -517,6 +515,38 @@ def test_convolution_errors_name_the_op_shapes_and_dtypes():
         ck.nchw_to_cnp_kernel(F32, 16)
     with pytest.raises(ValueError, match=r"CUDA window: 1 to 3 spatial dims"):
         ck.pack_window((5, 5), (3,), (3, 3), (1, 1), (0, 0))
+
+
+def test_a_float16_to_float32_gemm_of_a_plan_through_the_backends():
+    """The backward-data plan's GEMM sums float16 products into float32 columns: HostBackend's
+    ``gemm(g, a, b, c)`` runs it as the host runner does, and the GPU backend's cuBLAS call
+    passes each operand's own data type (CUDA_R_16F, 16F, 32F) computing in 32F."""
+    op = ConvolutionBackwardData((1, 1), (1, 1), (1, 1), 1, (0, 0))
+    plan, _, _ = plan_of(op, [((3, 2, 3, 3), F16), ((2, 3, 4, 4), F16)])
+    g = next(s for s in plan.steps if isinstance(s, L.Gemm))
+    assert (g.a_dtype, g.b_dtype, g.c_dtype, g.compute_dtype) == (F16, F16, F32, F32)
+    assert (g.a.name, g.b.name, g.c.name) == ("in1", "in0", "ws")
+    args = pycuda_backend.gemm_ex_args(g, 0x100, 0x200, 0x300, handle=7)
+    assert args[:6] == (7, 0, 1, g.m, g.n, g.k) and args[8:11] == (2, g.lda, g.stride_a)
+    assert args[12:15] == (2, g.ldb, g.stride_b) and args[17:20] == (0, g.ldc, g.stride_c)
+    assert args[20:] == (g.batch, 68, -1)  # CUBLAS_COMPUTE_32F
+    # TF32 is for float32 operands only: float16 ones compute in 32F even where it is allowed
+    assert pycuda_backend.gemm_ex_args(g, 1, 2, 3, 7, allow_tf32=True)[21] == 68
+    be = HostBackend(capacity=1 << 22)
+    base, _ = be.reserve(1 << 16)
+    rng = np.random.default_rng(3)
+    a = rng.normal(size=g.stride_a * g.batch + g.lda * g.k).astype(F16)
+    b = rng.normal(size=g.stride_b * g.batch + g.ldb * g.n).astype(F16)
+    be.copy_htod(base, a)
+    be.copy_htod(base + 8192, b)
+    be.gemm(g, base, base + 8192, base + 16384)
+    c = np.empty(g.ldc * g.n, F32)
+    be.copy_dtoh(c, base + 16384)
+    am = a[:g.m + (g.k - 1) * g.lda].astype(F64)
+    want = np.stack([am[j * g.lda:j * g.lda + g.m] for j in range(g.k)], 1) @ np.stack(
+        [b[j * g.ldb:j * g.ldb + g.n].astype(F64) for j in range(g.k)], 0)  # A (m x k) @ B^T
+    np.testing.assert_allclose(c.reshape(g.n, g.ldc).T[:g.m], want, rtol=1e-5, atol=1e-5)
+    assert be.gemms == [g]
 
 
 # -- pooling --------------------------------------------------------------------------------------
@@ -593,10 +623,9 @@ def test_pooling_is_the_cpu_kernel_bit_for_bit(host, mode, dtype, case):
     if mode != "max":
         x = (x + rng.normal(size=xs)).astype(dtype)
     op = Pooling(mode, k, s, p)
-    plan = pk.pooling_plan(op, [(x.shape, x.dtype)])
+    (want,) = _cpu(op, x)
     for bits in (32, 64):
-        (got,) = run_plan(plan, host, x, bits=bits)
-        (want,) = _cpu(op, x)
+        (got,) = run(op, [x], index_bits=bits)
         # numpy leaves the sign of max(+0, -0) to its SIMD loops (pool.DIFFERENCES)
         _assert_same(got, want, f"Pooling {mode} {dtype} {bits}-bit", zero_sign=mode != "max")
 
@@ -611,7 +640,7 @@ def test_adaptive_pooling_is_the_cpu_kernel(host, mode):
     for xs, shape in ADAPTIVE:
         x = (rng.normal(size=xs) + _pool_values(xs, F32, rng, special=False)).astype(F32)
         op = AdaptivePooling(mode, shape)
-        (got,) = run_plan(pk.adaptive_pooling_plan(op, [(x.shape, x.dtype)]), host, x)
+        (got,) = run(op, [x])
         (want,) = _cpu(op, x)
         _assert_same(got, want, f"AdaptivePooling {mode} {xs} -> {shape}")
 
@@ -646,11 +675,10 @@ def test_pooling_backward_is_the_cpu_kernel(host, mode, sig, case):
     y = y.astype(yd)
     dy = rng.normal(size=y.shape).astype(gd)  # finite (pool.DIFFERENCES)
     op = PoolingBackward(mode, k, s, p)
-    plan = pk.pooling_backward_plan(op, [(a.shape, a.dtype) for a in (x, y, dy)])
     (want,) = _cpu(op, x, y, dy)
     tol = None if mode == "max" else _average_backward_tolerance(op, x, y, dy, want)
     for bits in (32, 64):
-        (got,) = run_plan(plan, host, x, y, dy, bits=bits)
+        (got,) = run(op, [x, y, dy], index_bits=bits)
         _assert_same(got, want, f"PoolingBackward {mode} {sig} {bits}-bit", tol)
 
 
@@ -670,10 +698,9 @@ def test_max_pooling_gather_is_the_cpu_kernel(host, sig, case):
     z = rng.normal(size=xs).astype(zd)
     z.flat[::5] = -0.0  # the CPU's 0 + z makes it +0
     op = MaxPoolingGather(k, s, p)
-    plan = pk.max_pooling_gather_plan(op, [(a.shape, a.dtype) for a in (x, y, z)])
+    (want,) = _cpu(op, x, y, z)
     for bits in (32, 64):
-        (got,) = run_plan(plan, host, x, y, z, bits=bits)
-        (want,) = _cpu(op, x, y, z)
+        (got,) = run(op, [x, y, z], index_bits=bits)
         _assert_same(got, want, f"MaxPoolingGather {sig} {bits}-bit")
 
 
@@ -682,8 +709,7 @@ def test_max_pooling_backward_gives_a_tie_to_the_first_maximum(host):
     op = PoolingBackward("max", (2, 2), (1, 1), (0, 0))
     (y,) = _cpu(Pooling("max", (2, 2), (1, 1), (0, 0)), x)
     dy = np.array([[[[1, 2], [4, 8]]]], F32)
-    (got,) = run_plan(pk.pooling_backward_plan(op, [(a.shape, a.dtype) for a in (x, y, dy)]),
-                      host, x, y, dy)
+    (got,) = run(op, [x, y, dy])
     # every window's maximum is 3; the first in row-major window order takes its dy
     want = np.array([[[[0, 1 + 2, 0], [4, 0, 8], [0, 0, 0]]]], F32)
     np.testing.assert_array_equal(got, want)
@@ -692,18 +718,23 @@ def test_max_pooling_backward_gives_a_tie_to_the_first_maximum(host):
 
 def test_pooling_plans_launch_one_kernel_a_thread_per_element():
     op = Pooling("average_count_exclude_padding", (3, 3), (2, 2), (1, 1))
-    (launch,) = pk.pooling_plan(op, [((2, 3, 7, 6), F16)]).steps
+    plan, _, _ = plan_of(op, [((2, 3, 7, 6), F16)])
+    (launch,) = plan.steps
+    assert plan.workspace == 0 and plan.checks == ()
     assert launch.kernel.name == "mge_pool_average_count_exclude_padding_f16_s32"
-    assert launch.args[:2] == (ck.Buf("y"), ck.Buf("x")) and launch.args[2] == 2 * 3 * 4 * 3
+    assert launch.args[:2] == (L.Buf("out0"), L.Buf("in0")) and launch.args[2] == 2 * 3 * 4 * 3
     w = launch.args[3]
     assert (w["in_"].tolist(), w["k"].tolist(), w["pad"].tolist()) == (
         [1, 7, 6], [1, 3, 3], [0, 1, 1])  # 2-D as 3-D with a leading size-1 dim
-    back = pk.pooling_backward_plan(PoolingBackward("max", (3, 3), (2, 2), (1, 1)),
-                                    [((2, 3, 7, 6), F32), ((2, 3, 4, 3), F32),
-                                     ((2, 3, 4, 3), F32)])
+    back, _, _ = plan_of(PoolingBackward("max", (3, 3), (2, 2), (1, 1)),
+                         [((2, 3, 7, 6), F32), ((2, 3, 4, 3), F32), ((2, 3, 4, 3), F32)])
     (launch,) = back.steps
+    assert launch.args[:4] == (L.Buf("out0"), L.Buf("in0"), L.Buf("in1"), L.Buf("in2"))
     assert launch.args[4] == 2 * 3 * 7 * 6  # a thread per input element
-    assert pk.pooling_plan(op, [((0, 3, 7, 6), F32)]).steps == ()
+    assert plan_of(op, [((0, 3, 7, 6), F32)])[0].steps == ()
+    adaptive, _, _ = plan_of(AdaptivePooling("max", (3, 4)), [((2, 3, 7, 9), F32)])
+    assert adaptive.steps[0].kernel.name == "mge_pool_max_f32_s32"
+    assert plan_of(op, [((2, 3, 7, 6), F32)], index_bits=64)[0].kernels[0].name.endswith("_s64")
 
 
 def test_pooling_errors_name_the_op_mode_and_dtypes():
@@ -719,13 +750,28 @@ def test_pooling_errors_name_the_op_mode_and_dtypes():
     with pytest.raises(ValueError, match=r"index_bits must be 32 or 64"):
         pk.pooling_kernel("max", F32, index_bits=8)
     assert pk.pooling_kernel("MAX", F32).name == "mge_pool_max_f32_s32"
+    # the op's rule first
     with pytest.raises(TypeError, match=r"Pooling\.average: average pooling needs a floating "
                                         r"point input"):
-        pk.pooling_plan(Pooling("average", (2, 2)), [((1, 1, 4, 4), "int32")])
+        pk.pooling_plan(Pooling("average", (2, 2)), _layouts([((1, 1, 4, 4), "int32")]), [])
     with pytest.raises(ValueError, match=r"Pooling\.max: kernel \(5, 5\) is larger than the padded "
                                          r"input.*\(1, 1, 4, 4\)"):
-        pk.pooling_plan(Pooling("max", (5, 5)), [((1, 1, 4, 4), F32)])
+        pk.pooling_plan(Pooling("max", (5, 5)), _layouts([((1, 1, 4, 4), F32)]), [])
+    # then the CUDA limits and the device's side of the contract
+    six = Pooling("max", (1,) * 4)
+    ins = _layouts([((1, 1, 2, 2, 2, 2), F32)])
     with pytest.raises(ValueError, match=r"CUDA plan: the CUDA kernels take 1 to 3 spatial dims"):
-        pk.pooling_plan(Pooling("max", (1,) * 4), [((1, 1, 2, 2, 2, 2), F32)])
+        pk.pooling_plan(six, ins, _outs(six, ins))
     with pytest.raises(TypeError, match=r"CUDA plan: expects 3 inputs"):
-        pk.pooling_backward_plan(PoolingBackward("max", (2, 2)), [((1, 1, 4, 4), F32)])
+        pk.pooling_backward_plan(PoolingBackward("max", (2, 2)), _layouts([((1, 1, 4, 4), F32)]),
+                                 [])
+    op = Pooling("max", (2, 2))
+    ins = _layouts([((1, 1, 4, 4), F32)])
+    with pytest.raises(ValueError, match=r"Pooling\.max: CUDA plan: outputs \[\(\(1, 1, 3, 3\), "
+                                         r"dtype\('float32'\)\)\] are not the op's \[\(\(1, 1, 2, "
+                                         r"2\)"):
+        pk.pooling_plan(op, ins, [L.Layout((1, 1, 3, 3), F32)])
+    with pytest.raises(ValueError, match=r"CUDA plan: input 0 has strides"):
+        pk.pooling_plan(op, [L.Layout((1, 1, 4, 4), F32, (16, 16, 1, 4))], _outs(op, ins))
+    with pytest.raises(ValueError, match=r"Pooling\.max: CUDA plan: index_bits must be 32 or 64"):
+        pk.pooling_plan(op, ins, _outs(op, ins), index_bits=48)

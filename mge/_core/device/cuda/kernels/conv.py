@@ -3,12 +3,22 @@
 
 Every convolution is a few data-movement kernels around matrix products, which the CUDA device
 runs with cuBLAS (``cublasGemmStridedBatchedEx``).  This module writes the kernels' CUDA C (as
-``elemwise.py`` does, a ``KernelSource`` per dtype and index width) and, in pure Python, the
-**launch plan** of an op on given shapes: which kernel to launch with which grid, block and
-arguments, which GEMM to run on which buffers (m, n, k, transposes, leading dimensions, batch
-strides, all in cuBLAS's column-major terms), and how much workspace that takes.  The device
-follows a plan step by step; the tests follow the same plans on the host (the kernels built with
-g++, the GEMMs done by numpy) and compare with the CPU kernels.
+``elemwise.py`` does, a ``KernelSource`` per dtype and index width) and, in pure Python, each
+op's **plan** in ``kernels/launch.py``'s one format: ``PLANS[op class](op, ins, outs)`` gives a
+``launch.Plan`` whose steps are ``Launch``es (kernel, grid, block, arguments), ``Gemm``s (m, n,
+k, transposes, leading dims and batch strides, all in cuBLAS's column-major terms, on ``Buf``s of
+the plan's buffers) and ``Memset``s, with the bytes of workspace they need.  Buffers: the op's
+inputs ``"in0"``... in the op's order (``Convolution``: x, weight; ``ConvolutionBackwardData``:
+weight, dy; ``ConvolutionBackwardFilter``: x, dy, weight -- the weight only gives the shape),
+its output ``"out0"`` (y, dx, dw) and ``"ws"``, laid out by ``launch.Workspace`` (the column
+matrix ``col``/``cols``, the transposed ``dy``, float16's float32 sum).  The device follows a
+plan step by step; the tests run the same plans on the host (``tests/cuda_plans.run_plan``: the
+kernels built with g++, the GEMMs done by numpy) and compare with the CPU kernels.
+
+``STRIDED`` is empty: every input arrives dense.  The kernels index dense NCHW planes (one
+``mge_window`` struct describes every image and channel) and the GEMMs read images and groups
+at fixed strides; a strided input would need a layout per launch for a copy that costs one pass
+over the input, little beside im2col's ``K`` reads of each element.
 
 The algorithms (NCHW, 1 to 3 spatial dims, any stride, padding, dilation and groups):
 
@@ -29,7 +39,19 @@ The algorithms (NCHW, 1 to 3 spatial dims, any stride, padding, dilation and gro
   ``(C, nb, P)`` so that the sum over images and positions is the GEMM's ``k`` (one call per
   chunk, batched over the groups; ``beta = 1`` adds the later chunks).  float16 with several
   chunks accumulates in a float32 workspace and converts once (``typecvt_kernel``), so it is
-  rounded once, as on the CPU.
+  rounded once, as on the CPU.  An empty batch is a ``Memset`` of dw to zeros.
+
+**Batch chunks.**  The column matrix of the whole batch may be large; a plan cuts the batch into
+chunks of nearly equal size whose workspace stays under ``workspace_limit`` bytes (default
+``DEFAULT_WORKSPACE_LIMIT``; one image a chunk when even one does not fit), and repeats its
+steps per chunk on the same workspace (stream order makes the reuse safe).  ``plan.notes`` says
+how the batch was cut.
+
+**Checks.**  None: nothing here depends on the data (no indices, no labels), so every error is
+the plan's own, raised from the shapes and dtypes -- the op's rule first (its errors name the op,
+the shapes and the dtypes), then ``TypeError``/``ValueError`` naming the op, shapes and dtypes
+for what the CUDA kernels do not take (more than 3 spatial dims, other dtypes, mixed dtypes,
+outputs that are not the rule's, a strided input, a GEMM past cuBLAS's 32-bit sizes).
 
 Thread decomposition: each kernel is a grid-stride loop (``MGE_LOOP``) with one thread per
 element it writes, the fastest-varying index the innermost dim of what it writes (the output
@@ -38,14 +60,14 @@ consecutive ones.  ``im2col`` has a thread per (channel, image, output position)
 ``K`` column entries of its kernel positions (one index decomposition for ``K`` stores, as
 Caffe's).  No kernel uses shared memory or barriers: the host build (``hostbuild.py``) runs the
 grid-stride loop as one serial loop over all elements, which covers the same index set as any
-grid; the grids in the plans are ``ceil(n / BLOCK)`` blocks of ``BLOCK`` threads, at most
-``MAX_GRID``.
+grid; the grids are ``launch.grid_for(n)`` blocks of ``launch.THREADS`` threads.
 
 Spatial dims: 1-D and 2-D windows are passed as 3-D ones with leading size-1 dims (kernel 1,
 stride 1, no padding), in one struct ``mge_window`` (``pack_window``), so one kernel text serves
 every rank.  Indices are 32 bits wide (``index_bits=32``) whenever every element count and
-offset of a launch fits (``launch_index_bits``), else 64; the pointers of a launch are moved to
-its chunk by the plan (``Buf`` offsets), so a chunk's indices start at 0.
+offset of a launch fits (``launch_index_bits``), else 64 (a plan's ``index_bits=64`` asks for the
+64-bit variants always: the tests run both); the pointers of a launch are moved to its chunk by
+the plan (``Buf`` byte offsets), so a chunk's indices start at 0.
 
 Dtypes: float16, float32, float64 (the op's rule takes floating point only).  float16 is stored
 as its bits and the GEMMs compute in float32 (``compute_dtype``) with float16 or float32
@@ -53,7 +75,7 @@ operands, as the CPU kernel computes float16 in float32 and rounds once.
 """
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -61,24 +83,20 @@ from ....ops.base import INFER, TensorDesc, op_error
 from ....ops.nn_conv import Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter
 from .elemwise import _PRELUDE, KernelSource, _code, _compute, _load, _storage, _store
 from .elemwise import typecvt_kernel
+from .launch import THREADS, Buf, Gemm, Launch, Memset, Plan, Workspace, grid_for
 
-__all__ = ["Buf", "Launch", "GemmCall", "Fill", "BufferSpec", "LaunchPlan", "pack_window",
-           "WINDOW_DTYPE", "grid_for", "launch_index_bits", "col_dtype", "batch_chunks",
+__all__ = ["pack_window", "WINDOW_DTYPE", "launch_index_bits", "col_dtype", "batch_chunks",
            "im2col_kernel", "col2im_kernel", "nchw_to_cnp_kernel", "conv_forward_plan",
-           "conv_backward_data_plan", "conv_backward_filter_plan", "PLANS", "CONV_DTYPES",
-           "BLOCK", "MAX_GRID", "MAX_SPATIAL_DIMS", "DEFAULT_WORKSPACE_LIMIT", "DIFFERENCES"]
+           "conv_backward_data_plan", "conv_backward_filter_plan", "PLANS", "STRIDED",
+           "CONV_DTYPES", "MAX_SPATIAL_DIMS", "DEFAULT_WORKSPACE_LIMIT", "WORKSPACE_ALIGNMENT",
+           "DIFFERENCES"]
 
-#: Threads per block of every kernel here (a multiple of the warp; 256 keeps several blocks per
-#: SM resident on every architecture from Volta on).
-BLOCK = 256
-#: The most blocks a plan launches; the grid-stride loops cover any ``n`` with fewer.
-MAX_GRID = 65535
 #: The most spatial dims the kernels take (the CPU kernels take any number).
 MAX_SPATIAL_DIMS = 3
 #: The workspace a plan aims to stay under (bytes) unless told otherwise: the batch is cut into
 #: chunks whose column buffer fits.
 DEFAULT_WORKSPACE_LIMIT = 256 << 20
-#: Byte alignment of each workspace buffer inside the one workspace allocation.
+#: Byte alignment of each array in the plan's workspace (``launch.Workspace``'s).
 WORKSPACE_ALIGNMENT = 256
 
 _F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
@@ -99,137 +117,8 @@ DIFFERENCES = """\
   row-major), so given the same column values it is bit-identical.
 """
 
-# -- plan objects ---------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Buf:
-    """A pointer argument: the buffer ``name`` of the plan (``LaunchPlan.buffers``) moved by
-    ``offset`` elements of its dtype."""
-
-    name: str
-    offset: int = 0
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch: ``kernel`` on a ``grid`` of ``block``-sized blocks (3-tuples) with
-    ``args`` in the order of ``kernel.params``: ``Buf`` for pointers, ``numpy.int32`` /
-    ``numpy.int64`` for ``int`` / ``long long`` scalars, ``numpy.void`` for structs
-    (``pack_window``), passed by value.  ``shared_bytes`` of dynamic shared memory."""
-
-    kernel: KernelSource
-    grid: tuple
-    block: tuple
-    args: tuple
-    shared_bytes: int = 0
-
-
-@dataclass(frozen=True)
-class GemmCall:
-    """One ``cublasGemmStridedBatchedEx``: for ``i < batch``,
-    ``C_i = alpha * op(A_i) @ op(B_i) + beta * C_i`` with column-major ``m x k``, ``k x n`` and
-    ``m x n`` operands after ``op`` (``transa``/``transb``: the stored matrix is transposed);
-    ``A_i`` starts ``a.offset + i * stride_a`` elements into buffer ``a.name``, its columns
-    ``lda`` apart (likewise B and C).  Operand dtypes and the compute dtype (float32 for float16
-    and float32, float64 for float64; never TF32) are numpy dtypes."""
-
-    transa: bool
-    transb: bool
-    m: int
-    n: int
-    k: int
-    a: Buf
-    lda: int
-    stride_a: int
-    b: Buf
-    ldb: int
-    stride_b: int
-    c: Buf
-    ldc: int
-    stride_c: int
-    batch: int
-    a_dtype: np.dtype
-    b_dtype: np.dtype
-    c_dtype: np.dtype
-    compute_dtype: np.dtype
-    alpha: float = 1.0
-    beta: float = 0.0
-
-
-@dataclass(frozen=True)
-class Fill:
-    """Set ``count`` elements of buffer ``buf`` to zero bits (``cuMemsetD8``)."""
-
-    buf: Buf
-    count: int
-
-
-@dataclass(frozen=True)
-class BufferSpec:
-    """A buffer a plan uses: ``role`` "input" (the op's inputs, C-contiguous, in order),
-    "output" (C-contiguous, allocated by the device) or "workspace" (at byte ``offset`` of the
-    plan's one workspace allocation); ``count`` elements of ``dtype`` (``shape`` for inputs and
-    outputs)."""
-
-    name: str
-    role: str
-    dtype: np.dtype
-    count: int
-    shape: tuple = ()
-    offset: int = 0
-
-
-@dataclass(frozen=True)
-class LaunchPlan:
-    """What the CUDA device runs for one op on given shapes: ``steps`` (``Launch``,
-    ``GemmCall``, ``Fill``) in order, on ``buffers``.  ``chunk``: images per batch chunk (0
-    where the op is not chunked); ``notes``: why the plan looks as it does (fast paths taken)."""
-
-    op: str
-    buffers: tuple
-    steps: tuple
-    chunk: int = 0
-    notes: tuple = field(default=())
-
-    @property
-    def workspace_bytes(self):
-        """The size of the one workspace allocation the steps need."""
-        ends = [b.offset + b.count * b.dtype.itemsize for b in self.buffers
-                if b.role == "workspace"]
-        return max(ends, default=0)
-
-    @property
-    def kernels(self):
-        """The distinct kernels the steps launch, in order of first use."""
-        seen = {}
-        for s in self.steps:
-            if isinstance(s, Launch):
-                seen.setdefault(s.kernel.name, s.kernel)
-        return tuple(seen.values())
-
-    def buffer(self, name):
-        """The ``BufferSpec`` called ``name``."""
-        for b in self.buffers:
-            if b.name == name:
-                return b
-        raise KeyError(f"{self.op} plan has no buffer {name!r}")
-
-
-def _workspace(specs):
-    """``BufferSpec``s of the workspace buffers ``(name, dtype, count)``, each at an aligned
-    offset of one allocation."""
-    out, offset = [], 0
-    for name, dtype, count in specs:
-        out.append(BufferSpec(name, "workspace", np.dtype(dtype), int(count), (), offset))
-        size = int(count) * np.dtype(dtype).itemsize
-        offset += -(-size // WORKSPACE_ALIGNMENT) * WORKSPACE_ALIGNMENT
-    return out
-
-
-def grid_for(n):
-    """The 1-D grid of a grid-stride kernel over ``n`` elements (``BLOCK`` threads a block)."""
-    return (max(1, min(-(-int(n) // BLOCK), MAX_GRID)), 1, 1)
+#: The ops whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()
 
 
 def launch_index_bits(*extents):
@@ -535,18 +424,16 @@ class _Geometry:
         return math.prod(self.kernel)
 
 
-def _descs(op, descs, names):
-    if len(descs) != len(names):
+def _checked(op, ins, outs, names):
+    """The inputs' ``TensorDesc``s after the op's rule (which raises first, naming the op, the
+    shapes and the dtypes) and the CUDA kernels' own limits; ``outs`` must be the rule's."""
+    if len(ins) != len(names):
         raise op_error(TypeError, op, f"CUDA plan: expects {len(names)} inputs {names}, got "
-                       f"{len(descs)}")
-    out = [TensorDesc(tuple(int(s) for s in shape), np.dtype(dtype)) for shape, dtype in descs]
-    return out
-
-
-def _checked(op, descs, names):
-    """The descs, the op rule's output descs, after the CUDA kernels' own limits."""
-    descs = _descs(op, descs, names)
-    outs = INFER[type(op)](op, descs)  # the op's own errors first
+                       f"{len(ins)}")
+    descs = [TensorDesc(tuple(i.shape), np.dtype(i.dtype)) for i in ins]
+    want = INFER[type(op)](op, descs)
+    _check_outs(op, descs, outs, want)
+    _check_dense(op, descs, ins)
     nd = len(op.stride)
     if not 1 <= nd <= MAX_SPATIAL_DIMS:
         raise op_error(ValueError, op, f"CUDA plan: the CUDA kernels take 1 to "
@@ -557,7 +444,24 @@ def _checked(op, descs, names):
                            f"{', '.join(str(c) for c in CONV_DTYPES)})", descs)
     if len({d.dtype for d in descs}) > 1:
         raise op_error(TypeError, op, "CUDA plan: all inputs must have one dtype", descs)
-    return descs, outs
+    return descs
+
+
+def _check_outs(op, descs, outs, want):
+    """``outs`` (``Layout``s) are the shapes and dtypes of ``want`` (the op's rule)."""
+    got = [(tuple(o.shape), np.dtype(o.dtype)) for o in outs]
+    rule = [(tuple(w.shape), np.dtype(w.dtype)) for w in want]
+    if got != rule:
+        raise op_error(ValueError, op, f"CUDA plan: outputs {got} are not the op's {rule}",
+                       descs)
+
+
+def _check_dense(op, descs, ins):
+    """A plan not in ``STRIDED`` reads its inputs dense: a strided one is the device's bug."""
+    for k, i in enumerate(ins):
+        if not i.contiguous:
+            raise op_error(ValueError, op, f"CUDA plan: input {k} has strides {i.strides}; the "
+                           f"plan takes dense inputs (the op is not in STRIDED)", descs)
 
 
 def _geometry(op, images, cin, cout, groups, kernel, in_sp, out_sp):
@@ -579,8 +483,10 @@ def _is_pointwise(op, kernel):
             and not any(op.padding))
 
 
-def _check_gemm_sizes(op, descs, calls):
-    for c in calls:
+def _check_gemm_sizes(op, descs, steps):
+    for c in steps:
+        if not isinstance(c, Gemm):
+            continue
         big = [v for v in (c.m, c.n, c.k, c.lda, c.ldb, c.ldc) if v > _INT32_MAX]
         if big:
             raise op_error(ValueError, op, f"CUDA plan: a GEMM of m={c.m}, n={c.n}, k={c.k} "
@@ -588,12 +494,16 @@ def _check_gemm_sizes(op, descs, calls):
 
 
 class _Operand:
-    """A GEMM operand per (image, group): at ``base + img * per_image + grp * per_group`` of
-    buffer ``name``, columns ``ld`` apart."""
+    """A GEMM operand per (image, group): at ``buf`` plus ``img * per_image + grp *
+    per_group`` elements of ``itemsize`` bytes, columns ``ld`` elements apart."""
 
-    def __init__(self, name, base, per_image, per_group, ld):
-        self.name, self.base, self.per_image, self.per_group, self.ld = (
-            name, base, per_image, per_group, ld)
+    def __init__(self, buf, per_image, per_group, ld, itemsize):
+        self.buf, self.per_image, self.per_group, self.ld, self.itemsize = (
+            buf, per_image, per_group, ld, itemsize)
+
+    def at(self, image=0, group=0):
+        """The ``Buf`` of the matrix of (``image``, ``group``)."""
+        return self.buf + (image * self.per_image + group * self.per_group) * self.itemsize
 
 
 def _gemms(images, groups, a, b, c, **shape):
@@ -603,188 +513,194 @@ def _gemms(images, groups, a, b, c, **shape):
     calls = []
     if groups <= images:
         for g in range(groups):
-            calls.append(GemmCall(
-                a=Buf(a.name, a.base + g * a.per_group), lda=a.ld, stride_a=a.per_image,
-                b=Buf(b.name, b.base + g * b.per_group), ldb=b.ld, stride_b=b.per_image,
-                c=Buf(c.name, c.base + g * c.per_group), ldc=c.ld, stride_c=c.per_image,
-                batch=images, **shape))
+            calls.append(Gemm(
+                a=a.at(group=g), lda=a.ld, stride_a=a.per_image,
+                b=b.at(group=g), ldb=b.ld, stride_b=b.per_image,
+                c=c.at(group=g), ldc=c.ld, stride_c=c.per_image, batch=images, **shape))
     else:
         for n in range(images):
-            calls.append(GemmCall(
-                a=Buf(a.name, a.base + n * a.per_image), lda=a.ld, stride_a=a.per_group,
-                b=Buf(b.name, b.base + n * b.per_image), ldb=b.ld, stride_b=b.per_group,
-                c=Buf(c.name, c.base + n * c.per_image), ldc=c.ld, stride_c=c.per_group,
-                batch=groups, **shape))
+            calls.append(Gemm(
+                a=a.at(image=n), lda=a.ld, stride_a=a.per_group,
+                b=b.at(image=n), ldb=b.ld, stride_b=b.per_group,
+                c=c.at(image=n), ldc=c.ld, stride_c=c.per_group, batch=groups, **shape))
     return calls
 
 
-def _launch(kernel_fn, dtype, n, extents, args_of):
+def _launch(kernel_fn, dtype, n, extents, args_of, least):
     """A grid-stride launch of ``kernel_fn(dtype, bits)`` over ``n`` elements, the index width
-    from ``extents``; ``args_of(bits)`` gives the arguments."""
-    bits = launch_index_bits(n, *extents)
-    return Launch(kernel_fn(dtype, bits), grid_for(n), (BLOCK, 1, 1), tuple(args_of(bits)))
+    from ``extents`` (at least ``least``); ``args_of(bits)`` gives the arguments."""
+    bits = max(least, launch_index_bits(n, *extents))
+    return Launch(kernel_fn(dtype, bits), grid_for(n), (THREADS, 1, 1), tuple(args_of(bits)))
 
 
-def _im2col_launch(geo, dtype, n0, count):
+def _im2col_launch(geo, dtype, col, n0, count, least):
     n = geo.cin * count * geo.P
     extents = (n * geo.K, count * geo.cin * geo.IN)
 
     def args(bits):
-        return (Buf("col"), Buf("x", n0 * geo.cin * geo.IN), _index(bits, n),
+        return (col, Buf("in0", n0 * geo.cin * geo.IN * dtype.itemsize), _index(bits, n),
                 _index(bits, geo.cin), _index(bits, count), geo.window)
-    return _launch(im2col_kernel, dtype, n, extents, args)
+    return _launch(im2col_kernel, dtype, n, extents, args, least)
+
+
+def _least(op, index_bits):
+    if index_bits not in (32, 64):
+        raise op_error(ValueError, op, f"CUDA plan: index_bits must be 32 or 64, got "
+                       f"{index_bits!r}")
+    return index_bits
+
+
+def _chunk_note(chunks):
+    nb = max((c for _, c in chunks), default=0)
+    return f"batch in {len(chunks)} chunks of up to {nb} images"
 
 
 # -- plans ----------------------------------------------------------------------------------------
 
 
-def conv_forward_plan(op, descs, workspace_limit=DEFAULT_WORKSPACE_LIMIT):
-    """The plan of ``Convolution`` ``op`` on inputs ``descs`` = ``[(x shape, dtype),
-    (weight shape, dtype)]``: im2col per batch chunk (under ``workspace_limit`` bytes of
+def conv_forward_plan(op, ins, outs, workspace_limit=DEFAULT_WORKSPACE_LIMIT, index_bits=32):
+    """The plan of ``Convolution`` ``op`` on ``ins`` = ``[x, weight]`` (``launch.Layout``s)
+    giving ``outs`` = ``[y]``: im2col per batch chunk (under ``workspace_limit`` bytes of
     columns where one image fits) and the GEMMs into ``y``; none of the columns for a 1x1
-    stride-1 unpadded convolution.  The op's rule raises first (its errors name the op, shapes
-    and dtypes); then a ``TypeError``/``ValueError`` for what the CUDA kernels do not take."""
-    descs, (out,) = _checked(op, descs, ("x", "weight"))
+    stride-1 unpadded convolution.  ``index_bits=64``: the 64-bit kernel variants even where
+    32 bits would do.  The op's rule raises first (its errors name the op, shapes and dtypes);
+    then a ``TypeError``/``ValueError`` for what the CUDA kernels do not take."""
+    least = _least(op, index_bits)
+    descs = _checked(op, ins, outs, ("x", "weight"))
     (xs, dt), (ws, _) = descs
+    out = outs[0]
     groups, og, ig, kernel = _weight_parts(op, ws)
     geo = _geometry(op, xs[0], xs[1], out.shape[1], groups, kernel, xs[2:], out.shape[2:])
-    ct = _compute(dt)
+    e = dt.itemsize
     ck = ig * geo.K
     shape = dict(transa=False, transb=False, m=geo.P, n=og, k=ck, a_dtype=dt, b_dtype=dt,
-                 c_dtype=dt, compute_dtype=ct)
-    w = _Operand("w", 0, 0, og * ck, ck)
-    io = [BufferSpec("x", "input", dt, math.prod(xs), xs),
-          BufferSpec("w", "input", dt, math.prod(ws), ws),
-          BufferSpec("y", "output", dt, math.prod(out.shape), out.shape)]
+                 c_dtype=dt, compute_dtype=_compute(dt))
+    w = _Operand(Buf("in1"), 0, og * ck, ck, e)
     y_image = geo.cout * geo.P
     if _is_pointwise(op, kernel):
-        x = _Operand("x", 0, geo.cin * geo.IN, ig * geo.IN, geo.IN)
-        y = _Operand("y", 0, y_image, og * geo.P, geo.P)
+        x = _Operand(Buf("in0"), geo.cin * geo.IN, ig * geo.IN, geo.IN, e)
+        y = _Operand(Buf("out0"), y_image, og * geo.P, geo.P, e)
         steps = _gemms(geo.images, groups, x, w, y, **shape)
         _check_gemm_sizes(op, descs, steps)
-        return LaunchPlan("Convolution", tuple(io), tuple(steps), geo.images,
-                          ("pointwise: the GEMMs read x",))
-    per_image = geo.cin * geo.K * geo.P * dt.itemsize
-    chunks = batch_chunks(geo.images, per_image, workspace_limit)
+        return Plan(tuple(steps), notes=("pointwise: the GEMMs read x",))
+    chunks = batch_chunks(geo.images, geo.cin * geo.K * geo.P * e, workspace_limit)
     nb = max((c for _, c in chunks), default=0)
+    space = Workspace(WORKSPACE_ALIGNMENT)
+    col = space.add(geo.cin * geo.K * nb * geo.P * e)
     steps = []
     for n0, count in chunks:
-        steps.append(_im2col_launch(geo, dt, n0, count))
-        col = _Operand("col", 0, geo.P, ck * count * geo.P, count * geo.P)
-        y = _Operand("y", n0 * y_image, y_image, og * geo.P, geo.P)
-        steps += _gemms(count, groups, col, w, y, **shape)
-    _check_gemm_sizes(op, descs, [s for s in steps if isinstance(s, GemmCall)])
-    ws_specs = _workspace([("col", dt, geo.cin * geo.K * nb * geo.P)])
-    return LaunchPlan("Convolution", tuple(io + ws_specs), tuple(steps), nb)
+        steps.append(_im2col_launch(geo, dt, col, n0, count, least))
+        cols = _Operand(col, geo.P, ck * count * geo.P, count * geo.P, e)
+        y = _Operand(Buf("out0", n0 * y_image * e), y_image, og * geo.P, geo.P, e)
+        steps += _gemms(count, groups, cols, w, y, **shape)
+    _check_gemm_sizes(op, descs, steps)
+    return Plan(tuple(steps), space.size if steps else 0, notes=(_chunk_note(chunks),))
 
 
-def conv_backward_data_plan(op, descs, workspace_limit=DEFAULT_WORKSPACE_LIMIT):
-    """The plan of ``ConvolutionBackwardData`` ``op`` on ``descs`` = ``[(weight shape, dtype),
-    (dy shape, dtype)]``: per batch chunk, GEMMs into a column buffer of ``col_dtype`` then
+def conv_backward_data_plan(op, ins, outs, workspace_limit=DEFAULT_WORKSPACE_LIMIT,
+                            index_bits=32):
+    """The plan of ``ConvolutionBackwardData`` ``op`` on ``ins`` = ``[weight, dy]`` giving
+    ``outs`` = ``[dx]``: per batch chunk, GEMMs into a column buffer of ``col_dtype`` then
     ``col2im`` into ``dx``; a 1x1 stride-1 unpadded one is GEMMs straight into ``dx``."""
-    descs, (out,) = _checked(op, descs, ("weight", "dy"))
+    least = _least(op, index_bits)
+    descs = _checked(op, ins, outs, ("weight", "dy"))
     (ws, dt), (ys, _) = descs
     groups, a, b, kernel = _weight_parts(op, ws)  # (G, A, B, *k): A = dy ch / G, B = dx ch / G
-    xs = out.shape
+    xs = outs[0].shape
     geo = _geometry(op, ys[0], xs[1], ys[1], groups, kernel, xs[2:], ys[2:])
-    ct = _compute(dt)
+    ct, e = _compute(dt), dt.itemsize
     bk = b * geo.K
-    io = [BufferSpec("w", "input", dt, math.prod(ws), ws),
-          BufferSpec("dy", "input", dt, math.prod(ys), ys),
-          BufferSpec("dx", "output", dt, math.prod(xs), xs)]
-    w = _Operand("w", 0, 0, a * bk, bk)
+    w = _Operand(Buf("in0"), 0, a * bk, bk, e)
     dy_image = geo.cout * geo.P
     if _is_pointwise(op, kernel) and tuple(xs[2:]) == tuple(ys[2:]):
-        dy = _Operand("dy", 0, dy_image, a * geo.P, geo.P)
-        dx = _Operand("dx", 0, geo.cin * geo.P, b * geo.P, geo.P)
+        dy = _Operand(Buf("in1"), dy_image, a * geo.P, geo.P, e)
+        dx = _Operand(Buf("out0"), geo.cin * geo.P, b * geo.P, geo.P, e)
         steps = _gemms(geo.images, groups, dy, w, dx, transa=False, transb=True, m=geo.P, n=b,
                        k=a, a_dtype=dt, b_dtype=dt, c_dtype=dt, compute_dtype=ct)
         _check_gemm_sizes(op, descs, steps)
-        return LaunchPlan("ConvolutionBackwardData", tuple(io), tuple(steps), geo.images,
-                          ("pointwise: the GEMMs write dx",))
+        return Plan(tuple(steps), notes=("pointwise: the GEMMs write dx",))
     cd = col_dtype(dt)
-    per_image = geo.cin * geo.K * geo.P * cd.itemsize
-    chunks = batch_chunks(geo.images, per_image, workspace_limit)
+    chunks = batch_chunks(geo.images, geo.cin * geo.K * geo.P * cd.itemsize, workspace_limit)
     nb = max((c for _, c in chunks), default=0)
+    space = Workspace(WORKSPACE_ALIGNMENT)
+    col = space.add(geo.cin * geo.K * nb * geo.P * cd.itemsize)
     steps = []
     for n0, count in chunks:
-        dy = _Operand("dy", n0 * dy_image, dy_image, a * geo.P, geo.P)
-        cols = _Operand("cols", 0, geo.P, bk * count * geo.P, count * geo.P)
+        dy = _Operand(Buf("in1", n0 * dy_image * e), dy_image, a * geo.P, geo.P, e)
+        cols = _Operand(col, geo.P, bk * count * geo.P, count * geo.P, cd.itemsize)
         steps += _gemms(count, groups, dy, w, cols, transa=False, transb=True, m=geo.P, n=bk,
                         k=a, a_dtype=dt, b_dtype=dt, c_dtype=cd, compute_dtype=ct)
         n = count * geo.cin * geo.IN
 
         def args(bits, n0=n0, count=count, n=n):
-            return (Buf("dx", n0 * geo.cin * geo.IN), Buf("cols"), _index(bits, n),
+            return (Buf("out0", n0 * geo.cin * geo.IN * e), col, _index(bits, n),
                     _index(bits, geo.cin), _index(bits, count), geo.window)
-        steps.append(_launch(col2im_kernel, dt, n, (geo.cin * geo.K * count * geo.P,), args))
-    _check_gemm_sizes(op, descs, [s for s in steps if isinstance(s, GemmCall)])
-    ws_specs = _workspace([("cols", cd, geo.cin * geo.K * nb * geo.P)])
-    return LaunchPlan("ConvolutionBackwardData", tuple(io + ws_specs), tuple(steps), nb)
+        steps.append(_launch(col2im_kernel, dt, n, (geo.cin * geo.K * count * geo.P,), args,
+                             least))
+    _check_gemm_sizes(op, descs, steps)
+    return Plan(tuple(steps), space.size if steps else 0, notes=(_chunk_note(chunks),))
 
 
-def conv_backward_filter_plan(op, descs, workspace_limit=DEFAULT_WORKSPACE_LIMIT):
-    """The plan of ``ConvolutionBackwardFilter`` ``op`` on ``descs`` = ``[(x shape, dtype),
-    (dy shape, dtype), (weight shape, dtype)]``: per batch chunk, im2col, (for more than one
-    image) ``nchw_to_cnp`` of dy, and one GEMM batched over the groups adding into ``dw``
-    (float16 over several chunks: into a float32 workspace, converted at the end)."""
-    descs, (out,) = _checked(op, descs, ("x", "dy", "weight"))
+def conv_backward_filter_plan(op, ins, outs, workspace_limit=DEFAULT_WORKSPACE_LIMIT,
+                              index_bits=32):
+    """The plan of ``ConvolutionBackwardFilter`` ``op`` on ``ins`` = ``[x, dy, weight]`` giving
+    ``outs`` = ``[dw]``: per batch chunk, im2col, (for more than one image) ``nchw_to_cnp`` of
+    dy, and one GEMM batched over the groups adding into ``dw`` (float16 over several chunks:
+    into a float32 workspace, converted at the end); an empty batch zeroes ``dw``."""
+    least = _least(op, index_bits)
+    descs = _checked(op, ins, outs, ("x", "dy", "weight"))
     (xs, dt), (ys, _), (ws, _) = descs
     groups, og, ig, kernel = _weight_parts(op, ws)
     geo = _geometry(op, xs[0], xs[1], ys[1], groups, kernel, xs[2:], ys[2:])
-    ct = _compute(dt)
+    ct, e = _compute(dt), dt.itemsize
     ck = ig * geo.K
     wcount = math.prod(ws)
-    io = [BufferSpec("x", "input", dt, math.prod(xs), xs),
-          BufferSpec("dy", "input", dt, math.prod(ys), ys),
-          BufferSpec("w", "input", dt, wcount, ws),
-          BufferSpec("dw", "output", dt, wcount, ws)]
     if geo.images == 0:
-        return LaunchPlan("ConvolutionBackwardFilter", tuple(io), (Fill(Buf("dw"), wcount),), 0)
-    col_image = geo.cin * geo.K * geo.P * dt.itemsize
+        return Plan((Memset(Buf("out0"), wcount * e),), notes=("empty batch: dw is zeros",))
+    col_image = geo.cin * geo.K * geo.P * e
     dy_image = geo.cout * geo.P
-    # (dy's copy is counted even where a chunk of one image needs none; each buffer but the
-    # last may round up to the workspace alignment)
-    per_image = col_image + dy_image * dt.itemsize
+    # (dy's copy is counted even where a chunk of one image needs none; each workspace array
+    # but the last may round up to the alignment)
+    per_image = col_image + dy_image * e
     chunks = batch_chunks(geo.images, per_image, workspace_limit - WORKSPACE_ALIGNMENT)
     acc32 = dt == _F16 and len(chunks) > 1
     if acc32:  # the float32 sum takes room too: cut again with it counted
         chunks = batch_chunks(geo.images, per_image, workspace_limit - 2 * WORKSPACE_ALIGNMENT,
                               wcount * 4)
     nb = max(c for _, c in chunks)
-    target, cdt = ("dw32", _F32) if acc32 else ("dw", dt)
+    space = Workspace(WORKSPACE_ALIGNMENT)
+    col = space.add(geo.cin * geo.K * nb * geo.P * e)
+    dyt = space.add(dy_image * nb * e) if nb > 1 else None
+    target, cdt = (space.add(wcount * 4), _F32) if acc32 else (Buf("out0"), dt)
     steps = []
     for k, (n0, count) in enumerate(chunks):
-        steps.append(_im2col_launch(geo, dt, n0, count))
+        steps.append(_im2col_launch(geo, dt, col, n0, count, least))
+        dy_chunk = Buf("in1", n0 * dy_image * e)
         if count > 1:
             n = dy_image * count
 
-            def args(bits, n0=n0, count=count, n=n):
-                return (Buf("dyt"), Buf("dy", n0 * dy_image), _index(bits, n),
-                        _index(bits, geo.cout), _index(bits, count), _index(bits, geo.P))
-            steps.append(_launch(nchw_to_cnp_kernel, dt, n, (n,), args))
-            b, ldb, stride_b = Buf("dyt"), count * geo.P, og * count * geo.P
+            def args(bits, dy_chunk=dy_chunk, count=count, n=n):
+                return (dyt, dy_chunk, _index(bits, n), _index(bits, geo.cout),
+                        _index(bits, count), _index(bits, geo.P))
+            steps.append(_launch(nchw_to_cnp_kernel, dt, n, (n,), args, least))
+            b, ldb, stride_b = dyt, count * geo.P, og * count * geo.P
         else:
-            b, ldb, stride_b = Buf("dy", n0 * dy_image), geo.P, og * geo.P
-        steps.append(GemmCall(
+            b, ldb, stride_b = dy_chunk, geo.P, og * geo.P
+        steps.append(Gemm(
             transa=True, transb=False, m=ck, n=og, k=count * geo.P,
-            a=Buf("col"), lda=count * geo.P, stride_a=ck * count * geo.P,
+            a=col, lda=count * geo.P, stride_a=ck * count * geo.P,
             b=b, ldb=ldb, stride_b=stride_b,
-            c=Buf(target), ldc=ck, stride_c=og * ck, batch=groups,
+            c=target, ldc=ck, stride_c=og * ck, batch=groups,
             a_dtype=dt, b_dtype=dt, c_dtype=cdt, compute_dtype=ct, beta=0.0 if k == 0 else 1.0))
+    notes = [_chunk_note(chunks)]
     if acc32:
-        steps.append(Launch(typecvt_kernel(_F32, dt), grid_for(wcount), (BLOCK, 1, 1),
-                            (Buf("dw"), Buf("dw32"), np.int64(wcount))))
-    _check_gemm_sizes(op, descs, [s for s in steps if isinstance(s, GemmCall)])
-    specs = [("col", dt, geo.cin * geo.K * nb * geo.P)]
-    if nb > 1:
-        specs.append(("dyt", dt, dy_image * nb))
-    if acc32:
-        specs.append(("dw32", _F32, wcount))
-    return LaunchPlan("ConvolutionBackwardFilter", tuple(io + _workspace(specs)), tuple(steps),
-                      nb)
+        steps.append(Launch(typecvt_kernel(_F32, dt), grid_for(wcount), (THREADS, 1, 1),
+                            (Buf("out0"), target, np.int64(wcount))))
+        notes.append("float16 over several chunks: summed in float32, rounded once")
+    _check_gemm_sizes(op, descs, steps)
+    return Plan(tuple(steps), space.size, notes=tuple(notes))
 
 
-#: op class -> ``plan(op, descs, workspace_limit=...)``.
+#: op class -> ``plan(op, ins, outs, workspace_limit=..., index_bits=32)`` -> ``launch.Plan``.
 PLANS = {Convolution: conv_forward_plan, ConvolutionBackwardData: conv_backward_data_plan,
-              ConvolutionBackwardFilter: conv_backward_filter_plan}
+         ConvolutionBackwardFilter: conv_backward_filter_plan}

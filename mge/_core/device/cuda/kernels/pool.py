@@ -1,10 +1,24 @@
 """CUDA kernels and launch plans for pooling: ``Pooling``, ``AdaptivePooling``,
 ``PoolingBackward`` and ``MaxPoolingGather`` (``ops/nn_pool.py``).
 
-As in ``conv.py`` (whose plan objects, ``mge_window`` struct and launch helpers these share),
-each kernel is CUDA C per mode and dtype signature (``KernelSource``), and each op has a pure
-Python **launch plan** (``LaunchPlan``: the one ``Launch`` with its grid, block and arguments)
-that the CUDA device runs and the tests run on the host build.
+As in ``conv.py`` (whose ``mge_window`` struct and kernel helpers these share), each kernel is
+CUDA C per mode and dtype signature (``KernelSource``), and each op has a pure Python plan in
+``kernels/launch.py``'s one format: ``PLANS[op class](op, ins, outs)`` gives a ``launch.Plan``
+of one ``Launch`` (kernel, grid, block, arguments; none for an empty output) that the CUDA
+device runs and the tests run on the host build (``tests/cuda_plans.run_plan``).  Buffers: the
+op's inputs ``"in0"``... in the op's order (``Pooling``/``AdaptivePooling``: x;
+``PoolingBackward``: x, y, dy; ``MaxPoolingGather``: x, y, z) and its output ``"out0"``; no
+workspace.
+
+``STRIDED`` is empty: every input arrives dense.  The kernels index dense NCHW planes (one
+``mge_window`` for every image and channel); a window reads each input element up to ``K``
+times, so the device's one dense copy of a strided input costs less than strided reads would
+save.
+
+**Checks.**  None: nothing here depends on the data, so every error is the plan's own -- the
+op's rule first (naming the op, shapes and dtypes), then a ``ValueError`` for more than 3
+spatial dims, outputs that are not the rule's or a strided input, and the kernels'
+``TypeError``/``ValueError`` for a dtype or mode they do not take.
 
 Thread decomposition (NCHW, 1 to 3 spatial dims, every (image, channel) plane alike): a
 grid-stride loop with one thread per element written, the innermost spatial index fastest, so
@@ -24,7 +38,9 @@ consecutive threads write consecutive addresses:
 
 No kernel uses shared memory or barriers, so the host build (``hostbuild.py``) runs each
 grid-stride loop as one serial loop over all elements, which covers the same index set as any
-grid (``grid_for``: ``ceil(n / BLOCK)`` blocks of ``BLOCK`` threads, at most ``MAX_GRID``).
+grid (``launch.grid_for``: ``ceil(n / THREADS)`` blocks of ``launch.THREADS`` threads, capped).
+Indices are 32 bits wide where every count fits, else 64 (a plan's ``index_bits=64`` asks for
+the 64-bit variants always).
 
 Dtypes: max pooling takes every dtype of ``SUPPORTED_DTYPES`` (bool, integers, floats); the
 averages, the backward ops and the gather take float16, float32 and float64 (the op rules), and
@@ -41,18 +57,22 @@ from ....ops.nn_pool import (
     POOLING_MODES, AdaptivePooling, MaxPoolingGather, Pooling, PoolingBackward,
 )
 from .conv import (
-    BLOCK, MAX_SPATIAL_DIMS, Buf, BufferSpec, Launch, LaunchPlan, _index, _traits,
-    _wrapper, grid_for, launch_index_bits, pack_window,
+    MAX_SPATIAL_DIMS, _check_dense, _check_outs, _index, _traits, _wrapper, launch_index_bits,
+    pack_window,
 )
 from .elemwise import SUPPORTED_DTYPES, _code, _compute, _storage
+from .launch import THREADS, Buf, Launch, Plan, grid_for
 
 __all__ = ["pooling_kernel", "pooling_backward_kernel", "max_pooling_gather_kernel",
            "pooling_plan", "adaptive_pooling_plan", "pooling_backward_plan",
-           "max_pooling_gather_plan", "PLANS", "FLOAT_DTYPES", "DIFFERENCES"]
+           "max_pooling_gather_plan", "PLANS", "STRIDED", "FLOAT_DTYPES", "DIFFERENCES"]
 
 _F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
 #: The dtypes of the average modes, the backward ops and the gather.
 FLOAT_DTYPES = (_F16, _F32, _F64)
+
+#: The ops whose plans read ``ins[k].strides``: none (see the module docstring).
+STRIDED = frozenset()
 
 #: Where the CUDA pooling kernels' results may differ from the CPU device's.
 DIFFERENCES = """\
@@ -373,87 +393,82 @@ def _max_pooling_gather_kernel(xd, yd, zd, index_bits):
 # -- plans ----------------------------------------------------------------------------------------
 
 
-def _checked(op, descs, names):
-    if len(descs) != len(names):
+def _checked(op, ins, outs, names, index_bits):
+    """The inputs' ``TensorDesc``s after the op's rule (its errors first) and the kernels'
+    limits; ``outs`` must be the rule's."""
+    if len(ins) != len(names):
         raise op_error(TypeError, op, f"CUDA plan: expects {len(names)} inputs {names}, got "
-                       f"{len(descs)}")
-    descs = [TensorDesc(tuple(int(s) for s in shape), np.dtype(dtype)) for shape, dtype in descs]
-    (out,) = INFER[type(op)](op, descs)  # the op's own errors first
+                       f"{len(ins)}")
+    if index_bits not in (32, 64):
+        raise op_error(ValueError, op, f"CUDA plan: index_bits must be 32 or 64, got "
+                       f"{index_bits!r}")
+    descs = [TensorDesc(tuple(i.shape), np.dtype(i.dtype)) for i in ins]
+    want = INFER[type(op)](op, descs)  # the op's own errors first
+    _check_outs(op, descs, outs, want)
+    _check_dense(op, descs, ins)
     nd = len(descs[0].shape) - 2
     if not 1 <= nd <= MAX_SPATIAL_DIMS:
         raise op_error(ValueError, op, f"CUDA plan: the CUDA kernels take 1 to "
                        f"{MAX_SPATIAL_DIMS} spatial dims, got {nd}", descs)
-    return descs, out
+    return descs
 
 
 def _window(pool_op, xs, out_shape):
     return pack_window(xs[2:], out_shape[2:], pool_op.kernel, pool_op.stride, pool_op.padding)
 
 
-def _plan(name, io, kernel_fn, n, extents, pointers, window):
-    """A plan of one grid-stride launch over ``n`` elements (none when ``n`` is 0)."""
-    steps = ()
-    if n:
-        bits = launch_index_bits(n, *extents)
-        steps = (Launch(kernel_fn(bits), grid_for(n), (BLOCK, 1, 1),
-                        (*pointers, _index(bits, n), window)),)
-    return LaunchPlan(name, tuple(io), steps)
+def _plan(kernel_fn, n, extents, window, least):
+    """The plan of one grid-stride launch over ``n`` elements writing ``"out0"`` from the
+    inputs ``"in0"``... (none when ``n`` is 0)."""
+    if not n:
+        return Plan((), notes=("empty output: nothing to launch",))
+    bits = max(least, launch_index_bits(n, *extents))
+    kernel = kernel_fn(bits)
+    pointers = [Buf("out0")] + [Buf(f"in{k}") for k in range(kernel.nin)]
+    return Plan((Launch(kernel, grid_for(n), (THREADS, 1, 1),
+                        (*pointers, _index(bits, n), window)),))
 
 
-def _forward(name, op, pool_op, descs, out):
+def _forward(pool_op, descs, outs, least):
     (xs, dt), = descs
-    io = [BufferSpec("x", "input", dt, math.prod(xs), xs),
-          BufferSpec("y", "output", out.dtype, math.prod(out.shape), out.shape)]
-    return _plan(name, io, lambda bits: pooling_kernel(pool_op.mode, dt, bits),
-                 math.prod(out.shape), (math.prod(xs),), (Buf("y"), Buf("x")),
-                 _window(pool_op, xs, out.shape))
+    out = outs[0]
+    return _plan(lambda bits: pooling_kernel(pool_op.mode, dt, bits), out.size,
+                 (math.prod(xs),), _window(pool_op, xs, out.shape), least)
 
 
-def pooling_plan(op, descs):
-    """The plan of ``Pooling`` ``op`` on ``descs`` = ``[(x shape, dtype)]``: one launch, a
-    thread per output element.  The op's rule raises first (naming the op, shapes and dtypes),
-    then a ``ValueError`` for more than 3 spatial dims."""
-    descs, out = _checked(op, descs, ("x",))
-    return _forward("Pooling", op, op, descs, out)
+def pooling_plan(op, ins, outs, index_bits=32):
+    """The plan of ``Pooling`` ``op`` on ``ins`` = ``[x]`` giving ``outs`` = ``[y]``
+    (``launch.Layout``s): one launch, a thread per output element.  The op's rule raises first
+    (naming the op, shapes and dtypes), then a ``ValueError`` for more than 3 spatial dims."""
+    descs = _checked(op, ins, outs, ("x",), index_bits)
+    return _forward(op, descs, outs, index_bits)
 
 
-def adaptive_pooling_plan(op, descs):
-    """The plan of ``AdaptivePooling`` ``op`` on ``descs`` = ``[(x shape, dtype)]``: the
-    ``Pooling`` plan of ``op.as_pooling`` (MegEngine's rule for the window)."""
-    descs, out = _checked(op, descs, ("x",))
-    return _forward("AdaptivePooling", op, op.as_pooling(descs[0].shape), descs, out)
+def adaptive_pooling_plan(op, ins, outs, index_bits=32):
+    """The plan of ``AdaptivePooling`` ``op`` on ``ins`` = ``[x]``: the ``Pooling`` plan of
+    ``op.as_pooling`` (MegEngine's rule for the window)."""
+    descs = _checked(op, ins, outs, ("x",), index_bits)
+    return _forward(op.as_pooling(descs[0].shape), descs, outs, index_bits)
 
 
-def pooling_backward_plan(op, descs):
-    """The plan of ``PoolingBackward`` ``op`` on ``descs`` = ``[(x), (y), (dy)]`` (shape,
-    dtype pairs): one launch, a thread per element of ``dx``."""
-    descs, out = _checked(op, descs, ("x", "y", "dy"))
+def pooling_backward_plan(op, ins, outs, index_bits=32):
+    """The plan of ``PoolingBackward`` ``op`` on ``ins`` = ``[x, y, dy]`` giving ``[dx]``: one
+    launch, a thread per element of ``dx``."""
+    descs = _checked(op, ins, outs, ("x", "y", "dy"), index_bits)
     (xs, xd), (ys, yd), (gs, gd) = descs
-    io = [BufferSpec("x", "input", xd, math.prod(xs), xs),
-          BufferSpec("y", "input", yd, math.prod(ys), ys),
-          BufferSpec("dy", "input", gd, math.prod(gs), gs),
-          BufferSpec("dx", "output", out.dtype, math.prod(out.shape), out.shape)]
-    return _plan("PoolingBackward", io,
-                 lambda bits: pooling_backward_kernel(op.mode, xd, yd, gd, bits),
-                 math.prod(xs), (math.prod(ys),), (Buf("dx"), Buf("x"), Buf("y"), Buf("dy")),
-                 _window(op, xs, ys))
+    return _plan(lambda bits: pooling_backward_kernel(op.mode, xd, yd, gd, bits), ins[0].size,
+                 (ins[1].size,), _window(op, xs, ys), index_bits)
 
 
-def max_pooling_gather_plan(op, descs):
-    """The plan of ``MaxPoolingGather`` ``op`` on ``descs`` = ``[(x), (y), (z)]`` (shape,
-    dtype pairs): one launch, a thread per window."""
-    descs, out = _checked(op, descs, ("x", "y", "z"))
+def max_pooling_gather_plan(op, ins, outs, index_bits=32):
+    """The plan of ``MaxPoolingGather`` ``op`` on ``ins`` = ``[x, y, z]`` giving ``[out]``: one
+    launch, a thread per window."""
+    descs = _checked(op, ins, outs, ("x", "y", "z"), index_bits)
     (xs, xd), (ys, yd), (zs, zd) = descs
-    io = [BufferSpec("x", "input", xd, math.prod(xs), xs),
-          BufferSpec("y", "input", yd, math.prod(ys), ys),
-          BufferSpec("z", "input", zd, math.prod(zs), zs),
-          BufferSpec("out", "output", out.dtype, math.prod(out.shape), out.shape)]
-    return _plan("MaxPoolingGather", io,
-                 lambda bits: max_pooling_gather_kernel(xd, yd, zd, bits),
-                 math.prod(out.shape), (math.prod(xs),),
-                 (Buf("out"), Buf("x"), Buf("y"), Buf("z")), _window(op, xs, out.shape))
+    return _plan(lambda bits: max_pooling_gather_kernel(xd, yd, zd, bits), outs[0].size,
+                 (ins[0].size,), _window(op, xs, outs[0].shape), index_bits)
 
 
-#: op class -> ``plan(op, descs)``.
+#: op class -> ``plan(op, ins, outs, index_bits=32)`` -> ``launch.Plan``.
 PLANS = {Pooling: pooling_plan, AdaptivePooling: adaptive_pooling_plan,
-              PoolingBackward: pooling_backward_plan, MaxPoolingGather: max_pooling_gather_plan}
+         PoolingBackward: pooling_backward_plan, MaxPoolingGather: max_pooling_gather_plan}
