@@ -136,7 +136,7 @@ def test_block_kernels_of_two_families_run_in_one_host_library(host):
     out = np.full(5, np.nan, F32)
     r = rk.reduce_launch("max", F32, x.shape, 1).launches[0]
     fn = host.function(r.kernel.name, [ctypes.c_void_p] * 2 + [ctypes.c_longlong] * 5)
-    launch(*r.grid, *r.block, r.shared)
+    launch(*r.grid, *r.block, r.shared_bytes)
     fn(out.ctypes.data, x.ctypes.data, *r.args[2:])
     assert error.value == 0
     np.testing.assert_array_equal(out, x.max(axis=1))
