@@ -17,7 +17,7 @@ a read of what nobody wrote shows), zeroes the checks' words, and runs the steps
 Then the checks: a non-zero word raises ``check.error(value)`` (or ``check.error(value, read)``
 when the error function takes two arguments: ``read(buf, dtype, count)`` gives ``count``
 elements at a ``Buf``).  A ``Readback`` reads its value and runs ``then(value)`` on the same
-buffers.  Returns the outputs.
+buffers (outputs allocated anew from ``outs(value)`` where it has ``outs``).  Returns the outputs.
 """
 import ctypes
 import inspect
@@ -70,9 +70,11 @@ class _Buffers:
         return lo, hi + a.itemsize
 
     def address(self, buf, nbytes, what):
+        # a Buf is the buffer's first element plus its offset, as on the device: below it for a
+        # view with negative strides (the offset may then be negative), within the span anyway
         lo, hi = self.span(buf.name)
-        at = lo + buf.offset
-        if buf.offset < 0 or not (lo <= at and at + nbytes <= hi):
+        at = self.arrays[buf.name].__array_interface__["data"][0] + buf.offset
+        if not (lo <= at and at + nbytes <= hi):
             raise AssertionError(f"{what}: {buf} ({nbytes} bytes) outside {buf.name!r} "
                                  f"({hi - lo} bytes)")
         return at
@@ -167,16 +169,23 @@ def _run(plan, bufs):
     return bufs
 
 
+def _allocate(outs):
+    """Dense output arrays of ``outs`` (``Layout``s), filled with 0xff bytes."""
+    return [np.frombuffer(bytearray(b"\xff" * (o.size * o.dtype.itemsize)), o.dtype)
+            .reshape(o.shape) for o in outs]
+
+
 def run_plan(plan, ins, outs):
     """Run ``plan`` on the host: ``ins`` numpy arrays, ``outs`` the outputs' ``Layout``s; the
     output arrays (see the module)."""
-    out_arrays = [np.frombuffer(bytearray(b"\xff" * (o.size * o.dtype.itemsize)), o.dtype)
-                  .reshape(o.shape) for o in outs]
+    out_arrays = _allocate(outs)
     while plan is not None:
         bufs = _Buffers(ins, out_arrays, plan.workspace)
         _run(plan, bufs)
         if plan.readback is None:
             break
-        value = bufs.read(plan.readback.buf, plan.readback.dtype, 1)[0]
-        plan = plan.readback.then(value.item())
+        value = bufs.read(plan.readback.buf, plan.readback.dtype, 1)[0].item()
+        if plan.readback.outs is not None:  # data-dependent sizes: the outputs come now
+            out_arrays = _allocate(plan.readback.outs(value))
+        plan = plan.readback.then(value)
     return out_arrays

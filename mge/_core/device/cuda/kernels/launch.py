@@ -186,11 +186,15 @@ class Check:
 @dataclass(frozen=True)
 class Readback:
     """After the steps, the device reads the ``dtype`` scalar at ``buf`` and runs the plan
-    ``then(value)`` (the same buffers; its own workspace)."""
+    ``then(value)`` (the same buffers; its own workspace).  ``outs``, where the outputs' sizes
+    depend on the value (``CondTake``, a mask index): ``outs(value)`` gives the output
+    ``Layout``s, and the device allocates the outputs then, after the readback, not before the
+    steps (the plan function's own ``outs`` are then not read for their shapes)."""
 
     buf: Buf
     dtype: np.dtype
     then: object
+    outs: object = None
 
 
 @dataclass(frozen=True)
