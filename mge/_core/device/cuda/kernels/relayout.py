@@ -1,71 +1,79 @@
-"""CUDA C for relayout (strided copies) and creation, and the launch plans the device follows.
+"""CUDA C for relayout (strided copies) and creation, and the ops' launch plans (``PLANS``).
 
 Every view-materialising op is a strided copy between two layouts, by element size (1, 2, 4 or
 8 bytes: a copy moves bits, so one kernel serves every dtype of that size, float16 and bool
 included):
 
-* ``Dimshuffle``, ``Broadcast`` (stride 0), ``Subtensor`` (slices: an offset and strides,
-  negative steps included), ``Tile`` and ``Repeat`` (a view with stride-0 dims over the source),
-  ``Diag`` (a stride of ``n + 1``) are one copy from a view of the source into the output;
-* ``Concat``, ``Split``, ``Stack``, ``Roll`` and ``SetSubtensor`` are a few copies at offsets
-  (``Roll``: two per rolled axis; ``SetSubtensor``: the input, then the value into the indexed
-  region of the output).
+* ``Dimshuffle``, ``Broadcast``/``BroadcastTo`` (stride 0), ``Subtensor`` (slices: an offset and
+  strides, negative steps included), ``Tile`` and ``Repeat`` (a view with stride-0 dims over the
+  source), ``Diag`` of a matrix (a stride of ``s0 + s1``) are one copy from a view of the source
+  into the output;
+* ``Concat``, ``Split``, ``Stack``, ``Roll``, ``SetSubtensor`` and ``Diag`` of a vector are a few
+  copies at offsets (``Roll``: two per rolled axis; ``SetSubtensor``: the input, then the value
+  into the indexed region of the output; ``Diag``: a zero fill, then the diagonal).
 
-The plans below compute those views in Python (numpy's own stride arithmetic on a zero-stride
-stand-in, never on data) and reduce each copy with ``simplify_layout``; ``copy_launch`` then picks
-one of three kernels:
+**Plans.**  ``PLANS`` maps each op class to ``plan(op, ins, outs) -> launch.Plan`` (``ins``,
+``outs``: ``launch.Layout``s; buffers ``"in0"``..., ``"out0"``...).  The plans compute the views in
+Python (numpy's own stride arithmetic on a zero-stride stand-in, never on data), reduce each copy
+with ``simplify_layout`` and ``copy_launch`` picks one of three kernels:
 
 * **contiguous** (``mge_copy_<bytes>_c``): both sides dense in one order -- a flat grid-stride
-  loop, 256 threads a block, each thread moving elements ``blockDim * gridDim`` apart, so a warp
-  reads and writes 32 neighbours (coalesced).  The plan widens the element to the largest of 8,
-  4, 2 bytes that divides the byte count and both offsets (pool blocks are 512-byte aligned), so
-  a float16 copy moves 8 bytes a thread;
+  loop, 256 threads a block (``launch.grid_for``), each thread moving elements ``blockDim *
+  gridDim`` apart, so a warp reads and writes 32 neighbours (coalesced).  The plan widens the
+  element to the largest of 8, 4, 2 bytes that divides the byte count and both offsets (pool
+  blocks are 512-byte aligned), so a float16 copy moves 8 bytes a thread;
 * **transpose** (``mge_transpose_<bytes>``): a (batched) 2-D transpose, the destination dense
   along the last dim and the source along the one before it -- a block of 32 x 8 threads moves a
-  32 x 32 tile through shared memory (``tile[32][33]``: the pad column keeps the column reads
-  free of bank conflicts), reading 32 consecutive source elements and writing 32 consecutive
-  destination elements per warp, so both sides are coalesced.  Grid: (column tiles, row tiles,
-  batch);
+  32 x 32 tile through shared memory (``tile[32][33]``, static: the pad column keeps the column
+  reads free of bank conflicts), reading 32 consecutive source elements and writing 32
+  consecutive destination elements per warp, so both sides are coalesced.  Grid: (column tiles,
+  row tiles, batch);
 * **general** (``mge_copy_<bytes>_s32`` / ``_s64``): any layout of up to ``MAX_NDIM`` dims
   (``mge_layout<2, I>`` of elemwise.py, the destination first), a grid-stride loop over the
   destination's row-major order with 32-bit indices when every offset fits (``index_bits_for``).
 
 Creation kernels, per dtype: ``Fill`` (the value's bits, by element size), ``Arange`` (int64 or
 float64 arithmetic converted once, as ``cpu/kernels/creation.py``), ``Linspace`` (numpy's float64
-formula, the last element exactly ``stop``), ``Eye`` (one and zero as bits).
+formula, the last element exactly ``stop``), ``Eye`` (one and zero as bits).  No workspace, no
+checks: nothing here can meet bad data (shapes and parameters are checked by the op's rule, and
+again by the plan functions, which raise naming the op, shapes and dtypes).
+
+**STRIDED.**  Every op here with inputs reads ``ins[k].strides`` (copying views is what they do),
+so ``STRIDED`` holds them all; a view reaches the kernel without a dense copy first.  The inputs'
+dtypes must be the output's (a copy moves bits): the device converts a ``Concat``/``Stack`` input
+of another dtype, or a ``SetSubtensor`` value, first.  ``BroadcastTo``'s target is
+``outs[0].shape`` (the device reads the shape tensor back to make it; ``in1`` is not read).
 
 **Host build.**  The same text compiles as host C++ (``hostbuild.py``).  Grid-stride kernels use
-elemwise.py's ``MGE_LOOP``, a serial loop there.  Kernels that use blocks, threads and barriers
-(the transpose here, the scans of ``indexing.py``) are written in phases with ``block.py``'s
-macros (``MGE_FOR_BLOCKS``, ``MGE_SHARED``, ``MGE_THREADS``, ``MGE_SYNC``), the one block prelude
-of every family; the runner gives them the plan's own grid and block through
-``mge_host_launch`` before the call.
-
-**Launches.**  A plan returns ``Launch`` records: the kernel, ``grid`` and ``block`` (3-tuples),
-and ``args`` in the kernel's parameter order -- ``Ptr(buffer, offset)`` for a pointer (the device
-maps the buffer name, ``"in0"``, ``"out0"``..., to its address and adds the byte offset), numpy
-scalars for numbers and ``numpy.void`` for the layout structs (pycuda passes them by value).
-Launches of one plan run in order on one stream.
+elemwise.py's ``MGE_LOOP``, a serial loop there.  The transpose (blocks, threads and a barrier) is
+written in phases with ``block.py``'s macros (``MGE_FOR_BLOCKS``, ``MGE_SHARED``,
+``MGE_THREADS``, ``MGE_SYNC``): the host runs every emulated thread of a block through one phase
+before the next, the plan's own grid and block set through ``mge_host_launch``.
 """
 import functools
 import math
-from dataclasses import dataclass
 
 import numpy as np
 
-from ....ops.creation import arange_length
+from ....ops.creation import Arange, Eye, Fill, Linspace, arange_length
+from ....ops.indexing import SetSubtensor, Subtensor, numpy_index
+from ....ops.shape import (
+    Broadcast, BroadcastTo, Concat, Diag, Dimshuffle, Repeat, Roll, Split, Stack, Tile,
+)
 from .block import BLOCK_PARTS
 from .elemwise import (
-    _PRELUDE, MAX_NDIM, _F64, _dtypes, _error, _code, _storage, _store, KernelSource,
-    SUPPORTED_DTYPES, index_bits_for, pack_layout, simplify_layout,
+    MAX_NDIM, _F64, _dtypes, _code, _storage, _store, KernelSource, index_bits_for, pack_layout,
+    simplify_layout,
 )
+from .launch import THREADS, Buf, Launch, Plan, dense_strides, grid_for
 
-__all__ = ["Ptr", "Launch", "NVRTC_OPTIONS", "DIFFERENCES", "ELEMENT_SIZES",
+__all__ = ["NVRTC_OPTIONS", "DIFFERENCES", "ELEMENT_SIZES", "PLANS", "STRIDED",
            "copy_kernel", "transpose_kernel", "fill_kernel", "arange_kernel", "linspace_kernel",
            "eye_kernel", "copy_launch", "copy_launches", "fill_launch", "arange_launch",
-           "linspace_launch", "eye_launch", "dimshuffle_plan", "broadcast_plan", "subtensor_plan",
-           "setsubtensor_plan", "concat_plan", "stack_plan", "split_plan", "tile_plan",
-           "repeat_plan", "roll_plan", "diag_plan", "grid_for", "THREADS", "MAX_GRID"]
+           "linspace_launch", "eye_launch", "dimshuffle_plan", "broadcast_plan",
+           "broadcast_to_plan", "subtensor_plan", "setsubtensor_plan", "concat_plan",
+           "stack_plan", "split_plan", "tile_plan", "repeat_plan", "roll_plan", "diag_plan",
+           "fill_plan", "arange_plan", "linspace_plan", "eye_plan"]
 
 #: NVRTC flags (the same as elemwise.py's: nothing here gains from contraction).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -78,40 +86,9 @@ DIFFERENCES = """\
 
 #: The element sizes the copy kernels move.
 ELEMENT_SIZES = (1, 2, 4, 8)
-#: Threads per block of the grid-stride kernels.
-THREADS = 256
-#: The most blocks a grid-stride launch takes (each thread then loops): enough to fill any GPU.
-MAX_GRID = 8192
 _TILE, _TILE_ROWS = 32, 8  # the transpose's tile and its block's rows
 
 _UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
-
-# -- launches -------------------------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Ptr:
-    """A pointer argument: the buffer named ``buffer`` (``"in0"``, ``"out0"``, a workspace...)
-    plus ``offset`` bytes."""
-
-    buffer: str
-    offset: int = 0
-
-
-@dataclass(frozen=True)
-class Launch:
-    """One kernel launch: ``kernel`` (a ``KernelSource``) on ``grid`` x ``block`` threads (both
-    3-tuples) with ``args`` in its parameters' order (``Ptr``, numpy scalars, ``numpy.void``
-    structs).  Shared memory is static (declared in the kernel), so there is no dynamic size."""
-
-    kernel: KernelSource
-    grid: tuple
-    block: tuple
-    args: tuple
-
-
-def grid_for(n, threads=THREADS):
-    """The grid of a grid-stride launch over ``n`` elements (at least one block)."""
-    return (max(1, min(MAX_GRID, -(-int(n) // threads))), 1, 1)
 
 
 def _source(name, text, params, contiguous=True, index_bits=64, nin=1, block=False):
@@ -302,19 +279,11 @@ def _eye_kernel(itemsize):
     return _source(name, text, params, nin=0)
 
 
-# -- copy plans -----------------------------------------------------------------------------------
+# -- copy launches --------------------------------------------------------------------------------
 
-def _contiguous_strides(shape):
-    out, acc = [], 1
-    for n in reversed(shape):
-        out.append(acc)
-        acc *= n
-    return tuple(reversed(out))
-
-
-def copy_launch(shape, src_strides, dst_strides, itemsize, src=Ptr("in0"), dst=Ptr("out0")):
-    """The one launch copying the view ``src`` (``shape``, ``src_strides`` in elements, from the
-    pointer ``src``) into the view ``dst``; ``None`` when there is nothing to copy.  Picks the
+def copy_launch(shape, src_strides, dst_strides, itemsize, src=Buf("in0"), dst=Buf("out0")):
+    """The one ``launch.Launch`` copying the view at ``src`` (``shape``, ``src_strides`` in
+    elements) into the view at ``dst``; ``None`` when there is nothing to copy.  Picks the
     contiguous kernel (widened elements), the tiled transpose or the general kernel (see the
     module)."""
     _size("copy", itemsize)
@@ -362,7 +331,7 @@ def _transpose_shape(shape, dst_st, src_st):
 
 
 def copy_launches(copies, itemsize):
-    """The launches of ``copies``: ``(shape, src_strides, dst_strides, src Ptr, dst Ptr)``
+    """The launches of ``copies``: ``(shape, src_strides, dst_strides, src Buf, dst Buf)``
     tuples, the empty ones dropped."""
     out = []
     for shape, sst, dst_st, src, dst in copies:
@@ -382,146 +351,219 @@ def _view(shape, strides, index):
     return v.shape, v.strides, offset
 
 
-def _at(ptr, elements, itemsize):
-    return Ptr(ptr.buffer, ptr.offset + elements * itemsize)
+def _dense(shape, strides, src=Buf("in0"), dst=Buf("out0")):
+    return (tuple(shape), tuple(strides), dense_strides(shape), src, dst)
 
 
-def _contig_copy(shape, strides, itemsize, src=Ptr("in0"), dst=Ptr("out0")):
-    return (tuple(shape), tuple(strides), _contiguous_strides(shape), src, dst)
+# -- plan helpers ---------------------------------------------------------------------------------
+
+def _describe(ins):
+    return ", ".join(f"{x.dtype} {x.shape}" for x in ins) or "none"
 
 
-def dimshuffle_plan(pattern, shape, strides, itemsize):
-    """``Dimshuffle(pattern)`` of the input view ``in0`` (``shape``, ``strides`` in elements)
-    into the dense ``out0``."""
-    perm = [p for p in pattern if p != "x"]
-    if sorted(perm) != list(range(len(shape))):
-        raise ValueError(f"CUDA Dimshuffle: pattern {tuple(pattern)} is no permutation of the "
-                         f"{len(shape)} axes of shape {tuple(shape)}")
-    oshape = [1 if p == "x" else shape[p] for p in pattern]
-    ost = [0 if p == "x" else strides[p] for p in pattern]
-    return copy_launches([_contig_copy(oshape, ost, itemsize)], itemsize)
+def _fail(exc, op, message, ins=()):
+    return exc(f"CUDA {op.name}: {message} (inputs: {_describe(ins)})")
 
 
-def broadcast_plan(target, shape, strides, itemsize):
-    """``Broadcast`` of ``in0`` to ``target`` (numpy's rule; stride 0 along the broadcast
-    dims) into ``out0``."""
-    target = tuple(target)
-    lead = len(target) - len(shape)
-    if lead < 0 or any(s not in (1, t) for s, t in zip(shape, target[lead:])):
-        raise ValueError(f"CUDA Broadcast: shape {tuple(shape)} does not broadcast to {target}")
-    st = [0] * lead + [0 if s == 1 and t != 1 else st for s, t, st in
-                       zip(shape, target[lead:], strides)]
-    return copy_launches([_contig_copy(target, st, itemsize)], itemsize)
+def _inputs(op, ins, n):
+    if n is not None and len(ins) != n:
+        raise _fail(TypeError, op, f"{len(ins)} input(s), the plan takes {n}", ins)
+    return ins
 
 
-def subtensor_plan(index, shape, strides, itemsize):
-    """``Subtensor``: the basic index ``index`` (``ops.indexing.numpy_index`` of the op's items)
-    of ``in0`` into ``out0``."""
-    vshape, vst, off = _view(shape, strides, index)
-    return copy_launches([_contig_copy(vshape, vst, itemsize, Ptr("in0", off * itemsize))],
-                         itemsize)
+def _itemsize(op, ins, outs, count=None):
+    """The element size of the copies: every one of the first ``count`` inputs (all: ``None``)
+    has the output's dtype (a copy moves bits; the device converts first)."""
+    dtype = outs[0].dtype
+    bad = [x.dtype for x in ins[:count] if x.dtype != dtype]
+    if bad:
+        raise _fail(TypeError, op, f"input dtype {bad[0]} is not the output's {dtype} (a copy "
+                    f"moves bits: convert the input first)", ins)
+    if dtype.itemsize not in ELEMENT_SIZES:
+        raise _fail(TypeError, op, f"unsupported dtype {dtype} (the copy kernels move elements "
+                    f"of {', '.join(map(str, ELEMENT_SIZES))} bytes)", ins)
+    return dtype.itemsize
 
 
-def setsubtensor_plan(index, shape, strides, value_shape, value_strides, itemsize):
-    """``SetSubtensor``: ``in0`` (``x``) copied into ``out0``, then ``in1`` (``value``, numpy's
-    broadcast) into the region ``out0[index]``."""
-    cst = _contiguous_strides(shape)
-    rshape, rst, off = _view(shape, cst, index)
-    vshape, vst = tuple(value_shape), tuple(value_strides)
-    while len(vshape) > len(rshape) and vshape[0] == 1:  # numpy drops leading size-1 axes
-        vshape, vst = vshape[1:], vst[1:]
-    try:
-        if np.broadcast_shapes(vshape, rshape) != tuple(rshape):
-            raise ValueError
-    except ValueError:
-        raise ValueError(f"CUDA SetSubtensor: a value of shape {tuple(value_shape)} does not "
-                         f"fit the region of shape {tuple(rshape)}") from None
-    lead = len(rshape) - len(vshape)
-    bst = [0] * lead + [0 if v == 1 and r != 1 else s for v, r, s in
-                        zip(vshape, rshape[lead:], vst)]
-    return copy_launches([_contig_copy(shape, strides, itemsize),
-                          (rshape, bst, rst, Ptr("in1"), Ptr("out0", off * itemsize))],
-                         itemsize)
-
-
-def _axis(what, axis, ndim):
+def _axis(op, axis, ndim, ins):
     if not -ndim <= axis < ndim:
-        raise ValueError(f"CUDA {what}: axis {axis} is out of range for {ndim}-d input")
+        raise _fail(ValueError, op, f"axis {axis} is out of range for {ndim}-d input", ins)
     return axis % ndim
 
 
-def concat_plan(axis, shapes, strides, itemsize):
-    """``Concat(axis)`` of ``in0``, ``in1``... (``shapes``, ``strides``) into ``out0``."""
-    axis = _axis("Concat", axis, len(shapes[0]))
-    oshape = list(shapes[0])
-    oshape[axis] = sum(s[axis] for s in shapes)
-    ost = _contiguous_strides(oshape)
+def _plan(launches, *notes):
+    return Plan(tuple(s for s in launches if s is not None), notes=tuple(notes))
+
+
+# -- copy plans -----------------------------------------------------------------------------------
+
+def dimshuffle_plan(op, ins, outs):
+    """``Dimshuffle(pattern)``: ``in0`` with permuted axes (``"x"``: a new one) into ``out0``."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    perm = [p for p in op.pattern if p != "x"]
+    if sorted(perm) != list(range(len(x.shape))):
+        raise _fail(ValueError, op, f"pattern {tuple(op.pattern)} is no permutation of the "
+                    f"{len(x.shape)} axes", ins)
+    st = x.element_strides
+    oshape = [1 if p == "x" else x.shape[p] for p in op.pattern]
+    ost = [0 if p == "x" else st[p] for p in op.pattern]
+    return _plan(copy_launches([_dense(oshape, ost)], size))
+
+
+def _broadcast(op, ins, outs, target):
+    x = ins[0]
+    size = _itemsize(op, ins, outs, 1)
+    target = tuple(int(t) for t in target)
+    lead = len(target) - len(x.shape)
+    if lead < 0 or any(s not in (1, t) for s, t in zip(x.shape, target[lead:])):
+        raise _fail(ValueError, op, f"shape {x.shape} does not broadcast to {target}", ins)
+    st = [0] * lead + [0 if s == 1 and t != 1 else st for s, t, st in
+                       zip(x.shape, target[lead:], x.element_strides)]
+    return _plan(copy_launches([_dense(target, st)], size))
+
+
+def broadcast_plan(op, ins, outs):
+    """``Broadcast(shape)``: ``in0`` to ``shape`` (numpy's rule; stride 0 along the broadcast
+    dims) into ``out0``."""
+    _inputs(op, ins, 1)
+    return _broadcast(op, ins, outs, op.shape)
+
+
+def broadcast_to_plan(op, ins, outs):
+    """``BroadcastTo``: ``in0`` to ``outs[0].shape`` (the shape tensor ``in1`` read back by the
+    device) into ``out0``."""
+    _inputs(op, ins, 2)
+    return _broadcast(op, ins, outs, outs[0].shape)
+
+
+def subtensor_plan(op, ins, outs):
+    """``Subtensor(items)``: the basic index of ``in0`` (any strides) into ``out0``."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    vshape, vst, off = _view(x.shape, x.element_strides, numpy_index(op.items))
+    return _plan(copy_launches([_dense(vshape, vst, Buf("in0", off * size))], size))
+
+
+def _value_strides(op, ins, region):
+    """The strides of the value ``in1`` broadcast over ``region`` (numpy's rule; its leading
+    size-1 axes dropped)."""
+    v = ins[1]
+    vshape, vst = v.shape, v.element_strides
+    while len(vshape) > len(region) and vshape[0] == 1:
+        vshape, vst = vshape[1:], vst[1:]
+    lead = len(region) - len(vshape)
+    if lead < 0 or any(a not in (1, b) for a, b in zip(vshape, region[lead:])):
+        raise _fail(ValueError, op, f"a value of shape {v.shape} does not fit the region of "
+                    f"shape {tuple(region)}", ins)
+    return (0,) * lead + tuple(0 if a == 1 and b != 1 else s for a, b, s in
+                               zip(vshape, region[lead:], vst))
+
+
+def setsubtensor_plan(op, ins, outs):
+    """``SetSubtensor(items)``: ``in0`` (x) copied into ``out0``, then ``in1`` (the value, numpy's
+    broadcast) into the region ``out0[items]``."""
+    x, _ = _inputs(op, ins, 2)
+    size = _itemsize(op, ins, outs)
+    cst = dense_strides(x.shape)
+    rshape, rst, off = _view(x.shape, cst, numpy_index(op.items))
+    bst = _value_strides(op, ins, rshape)
+    return _plan(copy_launches([_dense(x.shape, x.element_strides),
+                                (rshape, bst, rst, Buf("in1"), Buf("out0", off * size))], size))
+
+
+def concat_plan(op, ins, outs):
+    """``Concat(axis)``: ``in0``, ``in1``... one after another along ``axis`` in ``out0``."""
+    _inputs(op, ins, None)
+    size = _itemsize(op, ins, outs)
+    (o,) = outs
+    axis = _axis(op, op.axis, len(o.shape), ins)
+    ost = dense_strides(o.shape)
     copies, at = [], 0
-    for k, (shape, st) in enumerate(zip(shapes, strides)):
-        copies.append((shape, st, ost, Ptr(f"in{k}"), Ptr("out0", at * ost[axis] * itemsize)))
-        at += shape[axis]
-    return copy_launches(copies, itemsize)
+    for k, x in enumerate(ins):
+        copies.append((x.shape, x.element_strides, ost, Buf(f"in{k}"),
+                       Buf("out0", at * ost[axis] * size)))
+        at += x.shape[axis]
+    return _plan(copy_launches(copies, size))
 
 
-def stack_plan(axis, shapes, strides, itemsize):
-    """``Stack(axis)`` of ``in0``, ``in1``... (one shape) into ``out0``."""
-    axis = _axis("Stack", axis, len(shapes[0]) + 1)
-    oshape = list(shapes[0])
-    oshape.insert(axis, len(shapes))
-    ost = _contiguous_strides(oshape)
+def stack_plan(op, ins, outs):
+    """``Stack(axis)``: ``in0``, ``in1``... (one shape) along a new ``axis`` of ``out0``."""
+    _inputs(op, ins, None)
+    size = _itemsize(op, ins, outs)
+    (o,) = outs
+    axis = _axis(op, op.axis, len(o.shape), ins)
+    ost = dense_strides(o.shape)
     dst_st = ost[:axis] + ost[axis + 1:]
-    return copy_launches([(shape, st, dst_st, Ptr(f"in{k}"), Ptr("out0", k * ost[axis] * itemsize))
-                          for k, (shape, st) in enumerate(zip(shapes, strides))], itemsize)
+    return _plan(copy_launches([(x.shape, x.element_strides, dst_st, Buf(f"in{k}"),
+                                 Buf("out0", k * ost[axis] * size))
+                                for k, x in enumerate(ins)], size))
 
 
-def split_plan(axis, sections, shape, strides, itemsize):
-    """``Split(axis, sections)`` of ``in0`` into ``out0``, ``out1``..."""
-    axis = _axis("Split", axis, len(shape))
-    if sum(sections) != shape[axis]:
-        raise ValueError(f"CUDA Split: sections {tuple(sections)} do not add up to {shape[axis]}"
-                         f" (shape {tuple(shape)}, axis {axis})")
+def split_plan(op, ins, outs):
+    """``Split(axis, sections)``: parts of ``in0`` along ``axis`` into ``out0``, ``out1``..."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    axis = _axis(op, op.axis, len(x.shape), ins)
+    if sum(op.sections) != x.shape[axis] or len(op.sections) != len(outs):
+        raise _fail(ValueError, op, f"sections {tuple(op.sections)} do not add up to "
+                    f"{x.shape[axis]} (axis {axis}) in {len(outs)} outputs", ins)
+    st = x.element_strides
     copies, at = [], 0
-    for k, n in enumerate(sections):
-        part = list(shape)
+    for k, n in enumerate(op.sections):
+        part = list(x.shape)
         part[axis] = n
-        copies.append(_contig_copy(part, strides, itemsize, Ptr("in0", at * strides[axis] *
-                                                              itemsize), Ptr(f"out{k}")))
+        copies.append(_dense(part, st, Buf("in0", at * st[axis] * size), Buf(f"out{k}")))
         at += n
-    return copy_launches(copies, itemsize)
+    return _plan(copy_launches(copies, size))
 
 
-def tile_plan(reps, shape, strides, itemsize):
-    """``Tile(reps)`` (``np.tile``) of ``in0`` into ``out0``: a view of shape (r0, n0, r1, n1...)
-    with stride 0 along each r."""
-    n = max(len(shape), len(reps))
-    shape = (1,) * (n - len(shape)) + tuple(shape)
-    strides = (0,) * (n - len(strides)) + tuple(strides)
-    reps = (1,) * (n - len(reps)) + tuple(reps)
+def tile_plan(op, ins, outs):
+    """``Tile(reps)`` (``np.tile``): a view of shape (r0, n0, r1, n1...) of ``in0``, stride 0
+    along each r, into ``out0``."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    if any(r < 0 for r in op.reps):
+        raise _fail(ValueError, op, f"reps {tuple(op.reps)} must be non-negative", ins)
+    n = max(len(x.shape), len(op.reps))
+    shape = (1,) * (n - len(x.shape)) + x.shape
+    strides = (0,) * (n - len(x.shape)) + x.element_strides
+    reps = (1,) * (n - len(op.reps)) + tuple(op.reps)
     vshape = [v for r, s in zip(reps, shape) for v in (r, s)]
     vst = [v for st in strides for v in (0, st)]
-    return copy_launches([_contig_copy(vshape, vst, itemsize)], itemsize)
+    return _plan(copy_launches([_dense(vshape, vst)], size))
 
 
-def repeat_plan(repeats, axis, shape, strides, itemsize):
-    """``Repeat(repeats, axis)`` (``np.repeat``) of ``in0`` into ``out0``: a view with a stride-0
-    dim of ``repeats`` after ``axis``."""
-    axis = _axis("Repeat", axis, len(shape))
-    vshape = list(shape[:axis + 1]) + [repeats] + list(shape[axis + 1:])
-    vst = list(strides[:axis + 1]) + [0] + list(strides[axis + 1:])
-    return copy_launches([_contig_copy(vshape, vst, itemsize)], itemsize)
+def repeat_plan(op, ins, outs):
+    """``Repeat(repeats, axis)`` (``np.repeat``): a view of ``in0`` with a stride-0 dim of
+    ``repeats`` after ``axis``, into ``out0``."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    if op.repeats < 0:
+        raise _fail(ValueError, op, f"repeats must be non-negative, got {op.repeats}", ins)
+    axis = _axis(op, op.axis, len(x.shape), ins)
+    st = x.element_strides
+    vshape = list(x.shape[:axis + 1]) + [op.repeats] + list(x.shape[axis + 1:])
+    vst = list(st[:axis + 1]) + [0] + list(st[axis + 1:])
+    return _plan(copy_launches([_dense(vshape, vst)], size))
 
 
-def roll_plan(shift, axis, shape, strides, itemsize):
-    """``Roll(shift, axis)`` (``np.roll``; repeated axes add their shifts) of ``in0`` into
-    ``out0``: per rolled axis the input splits in two, so ``2 ** axes`` copies at offsets."""
+def roll_plan(op, ins, outs):
+    """``Roll(shift, axis)`` (``np.roll``; repeated axes add their shifts): per rolled axis the
+    input splits in two, so up to ``2 ** axes`` copies at offsets from ``in0`` into ``out0``."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    if len(op.shift) != len(op.axis):
+        raise _fail(ValueError, op, f"shift {tuple(op.shift)} and axis {tuple(op.axis)} differ "
+                    f"in length", ins)
     shifts = {}
-    for s, a in zip(shift, axis):
-        a = _axis("Roll", a, len(shape))
+    for s, a in zip(op.shift, op.axis):
+        a = _axis(op, a, len(x.shape), ins)
         shifts[a] = shifts.get(a, 0) + s
-    cst = _contiguous_strides(shape)
-    copies = [[list(shape), 0, 0]]  # (part shape, src offset, dst offset), in elements
+    st, cst = x.element_strides, dense_strides(x.shape)
+    copies = [[list(x.shape), 0, 0]]  # (part shape, src offset, dst offset), in elements
     for a, s in sorted(shifts.items()):
-        n = shape[a]
+        n = x.shape[a]
         s = s % n if n else 0
         nxt = []
         for cshape, so, do in copies:
@@ -530,31 +572,34 @@ def roll_plan(shift, axis, shape, strides, itemsize):
                     continue
                 part = list(cshape)
                 part[a] = length
-                nxt.append([part, so + start * strides[a], do + dst * cst[a]])
+                nxt.append([part, so + start * st[a], do + dst * cst[a]])
         copies = nxt
-    return copy_launches([(part, strides, cst, Ptr("in0", so * itemsize),
-                           Ptr("out0", do * itemsize)) for part, so, do in copies], itemsize)
+    return _plan(copy_launches([(part, st, cst, Buf("in0", so * size), Buf("out0", do * size))
+                                for part, so, do in copies], size))
 
 
-def diag_plan(k, shape, strides, itemsize):
+def diag_plan(op, ins, outs):
     """``Diag(k)``: a 1-d ``in0`` onto diagonal ``k`` of a zeroed square ``out0`` (a fill, then a
     copy with destination stride ``n + 1``), or diagonal ``k`` of a 2-d ``in0`` (source stride
-    ``s0 + s1``)."""
-    if len(shape) == 1:
-        n = shape[0] + abs(k)
+    ``s0 + s1``) into ``out0``."""
+    (x,) = _inputs(op, ins, 1)
+    size = _itemsize(op, ins, outs)
+    k, st = op.k, x.element_strides
+    if len(x.shape) == 1:
+        n = x.shape[0] + abs(k)
         start = k if k >= 0 else -k * n
-        fill = fill_launch((n, n), 0, f"int{8 * itemsize}")  # zero bits of that size
-        return [fill] + copy_launches([((shape[0],), strides, (n + 1,), Ptr("in0"),
-                                        Ptr("out0", start * itemsize))], itemsize)
-    if len(shape) == 2:
-        n = max(0, min(shape[0] + min(k, 0), shape[1] - max(k, 0)))
-        start = k * strides[1] if k >= 0 else -k * strides[0]
-        return copy_launches([((n,), (strides[0] + strides[1],), (1,),
-                               Ptr("in0", start * itemsize), Ptr("out0"))], itemsize)
-    raise ValueError(f"CUDA Diag: input must be 1-d or 2-d, got shape {tuple(shape)}")
+        fill = fill_launch((n, n), 0, f"int{8 * size}")  # zero bits of that size
+        return _plan([fill] + copy_launches([(x.shape, st, (n + 1,), Buf("in0"),
+                                              Buf("out0", start * size))], size))
+    if len(x.shape) == 2:
+        n = max(0, min(x.shape[0] + min(k, 0), x.shape[1] - max(k, 0)))
+        start = k * st[1] if k >= 0 else -k * st[0]
+        return _plan(copy_launches([((n,), (st[0] + st[1],), (1,), Buf("in0", start * size),
+                                     Buf("out0"))], size))
+    raise _fail(ValueError, op, "input must be 1-d or 2-d", ins)
 
 
-# -- creation plans -------------------------------------------------------------------------------
+# -- creation -------------------------------------------------------------------------------------
 
 def _uint_dtype(itemsize):
     return np.dtype(f"uint{8 * itemsize}")
@@ -566,9 +611,9 @@ def _bits_of(value, dtype):
     return np.uint64(int(v.view(_uint_dtype(v.itemsize))))
 
 
-def fill_launch(shape, value, dtype=None, dst=Ptr("out0")):
-    """``Fill``: ``out0`` of ``shape`` set to ``value`` in ``dtype`` (default: ``value``'s);
-    ``None`` when empty."""
+def fill_launch(shape, value, dtype=None, dst=Buf("out0")):
+    """The ``Launch`` setting ``shape``'s elements at ``dst`` to ``value`` in ``dtype`` (default:
+    ``value``'s); ``None`` when empty."""
     dtype = np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
     (dtype,) = _dtypes("Fill kernel", [dtype])
     n = math.prod(shape)
@@ -578,22 +623,22 @@ def fill_launch(shape, value, dtype=None, dst=Ptr("out0")):
                   (dst, np.int64(n), _bits_of(value, dtype)))
 
 
-def arange_launch(start, stop, step, dtype, dst=Ptr("out0")):
-    """``Arange``: integer arithmetic when ``start`` and ``step`` are ints and ``dtype`` is an
-    integer type (as the CPU kernel), else float64; ``None`` when empty."""
+def arange_launch(start, stop, step, dtype, dst=Buf("out0")):
+    """The ``Arange`` launch: integer arithmetic when ``start`` and ``step`` are Python ints and
+    ``dtype`` is an integer type (the CPU kernel's test), else float64; ``None`` when empty."""
     (dtype,) = _dtypes("Arange kernel", [dtype])
     n = arange_length(start, stop, step)
     if n <= 0:
         return None
-    integer = all(isinstance(v, (int, np.integer)) for v in (start, step)) and dtype.kind in "iu"
+    integer = all(isinstance(v, int) for v in (start, step)) and dtype.kind in "iu"
     conv = np.int64 if integer else np.float64
     return Launch(arange_kernel(dtype, integer), grid_for(n), (THREADS, 1, 1),
                   (dst, np.int64(n), conv(start), conv(step)))
 
 
-def linspace_launch(start, stop, num, dtype, dst=Ptr("out0")):
-    """``Linspace`` of ``num`` values (``np.linspace`` in float64, then ``dtype``); ``None``
-    when empty."""
+def linspace_launch(start, stop, num, dtype, dst=Buf("out0")):
+    """The ``Linspace`` launch of ``num`` values (``np.linspace`` in float64, then ``dtype``);
+    ``None`` when empty."""
     (dtype,) = _dtypes("Linspace kernel", [dtype])
     if num <= 0:
         return None
@@ -608,11 +653,59 @@ def linspace_launch(start, stop, num, dtype, dst=Ptr("out0")):
                    np.float64(delta), np.float64(div), np.int32(how)))
 
 
-def eye_launch(n, m, k, dtype, dst=Ptr("out0")):
-    """``Eye(N, M, k)`` in ``dtype``; ``None`` when empty."""
+def eye_launch(n, m, k, dtype, dst=Buf("out0")):
+    """The ``Eye(N, M, k)`` launch in ``dtype``; ``None`` when empty."""
     (dtype,) = _dtypes("Eye kernel", [dtype])
     if n * m == 0:
         return None
     return Launch(eye_kernel(dtype.itemsize), grid_for(n * m), (THREADS, 1, 1),
                   (dst, np.int64(n), np.int64(m), np.int64(k), _bits_of(1, dtype),
                    _bits_of(0, dtype)))
+
+
+def _creation(op, ins, outs):
+    _inputs(op, ins, 0)
+    if len(outs) != 1 or outs[0].dtype != np.dtype(op.dtype):
+        raise _fail(TypeError, op, f"outputs {[(o.dtype, o.shape) for o in outs]}, the op makes "
+                    f"one of {np.dtype(op.dtype)}")
+    try:
+        _dtypes(f"{op.name} kernel", [op.dtype])
+    except TypeError as e:
+        raise _fail(TypeError, op, str(e)) from None
+
+
+def fill_plan(op, ins, outs):
+    """``Fill(shape, value, dtype)`` into ``out0``."""
+    _creation(op, ins, outs)
+    return _plan([fill_launch(op.shape, op.value, op.dtype)])
+
+
+def arange_plan(op, ins, outs):
+    """``Arange(start, stop, step, dtype)`` into ``out0``."""
+    _creation(op, ins, outs)
+    return _plan([arange_launch(op.start, op.stop, op.step, op.dtype)])
+
+
+def linspace_plan(op, ins, outs):
+    """``Linspace(start, stop, num, dtype)`` into ``out0``."""
+    _creation(op, ins, outs)
+    return _plan([linspace_launch(op.start, op.stop, op.num, op.dtype)])
+
+
+def eye_plan(op, ins, outs):
+    """``Eye(N, M, k, dtype)`` into ``out0``."""
+    _creation(op, ins, outs)
+    return _plan([eye_launch(op.N, op.M, op.k, op.dtype)])
+
+
+#: op class -> ``plan(op, ins, outs) -> launch.Plan``.
+PLANS = {
+    Dimshuffle: dimshuffle_plan, Broadcast: broadcast_plan, BroadcastTo: broadcast_to_plan,
+    Subtensor: subtensor_plan, SetSubtensor: setsubtensor_plan, Concat: concat_plan,
+    Stack: stack_plan, Split: split_plan, Tile: tile_plan, Repeat: repeat_plan, Roll: roll_plan,
+    Diag: diag_plan, Fill: fill_plan, Arange: arange_plan, Linspace: linspace_plan, Eye: eye_plan,
+}
+
+#: The op classes whose plans read ``ins[k].strides``: every one with inputs (see the module).
+STRIDED = frozenset({Dimshuffle, Broadcast, BroadcastTo, Subtensor, SetSubtensor, Concat, Stack,
+                     Split, Tile, Repeat, Roll, Diag})
