@@ -1,70 +1,93 @@
-"""CUDA C for the indexing ops, their launch plans, and the launcher's error checks.
+"""CUDA C for the indexing ops and their launch plans (``PLANS``), index errors as ``Check``s.
 
 **One kernel for every index op.**  ``IndexingMultiAxisVec`` (get), ``IndexingSetMultiAxisVec``
 (set), ``IndexingIncrMultiAxisVec`` (incr), ``Gather``, ``Scatter``, ``ScatterAdd``,
 ``IndexingOneHot`` and ``IndexingSetOneHot`` are all the kernel ``mge_index_<mode>_...``: a
-grid-stride loop over an *iteration space* (the indexed region's shape), with up to
-``MAX_INDEX`` index arrays.  Per element it finds, through one ``mge_layout<2 + M, I>`` (the
-general kernels' layout of elemwise.py), the offset of the *x side* (the indexed array: base plus
-the strides of the sliced dims), of the *other side* (the dense result of a get, the broadcast
-value or source of a set) and of each index array (broadcast: stride 0 along the dims it does not
-have).  Index ``k`` then adds ``wrap(v) * stride`` along the x axis it indexes (a mask's flat
-index instead unravels over the axes the mask covers).  Get: ``other = x[...]``; set:
-``x[...] = other``; incr: an atomic add.  The plans turn each op into that form in Python:
-``multi_axis_plan`` follows numpy's rules (ints and slices fold into the base and the strides,
-the broadcast index dims go in place when the advanced indices are adjacent and first otherwise);
-the along-axis ops index one axis with an index array of the iteration's own shape.  Gets and sets
-move bits, so they are generated per element size; incr per dtype.  Index arrays of any integer
-dtype are read through a switch on a per-array dtype code (uniform over the launch: no divergence),
-so one kernel serves every index dtype.
+grid-stride loop (``launch.grid_for``, 256 threads a block) over an *iteration space* (the indexed
+region's shape), with up to ``MAX_INDEX`` index arrays.  Per element it finds, through one
+``mge_layout<2 + M, I>`` (the general kernels' layout of elemwise.py), the offset of the *x side*
+(the indexed array: base plus the strides of the sliced dims), of the *other side* (the dense
+result of a get, the broadcast value or source of a set) and of each index array (broadcast:
+stride 0 along the dims it does not have).  Index ``k`` then adds ``wrap(v) * stride`` along the x
+axis it indexes (a mask's flat index instead unravels over the axes the mask covers).  Get:
+``other = x[...]``; set: ``x[...] = other``; incr: an atomic add.  The plans turn each op into
+that form in Python: ``multi_axis_plan`` follows numpy's rules (ints and slices fold into the base
+and the strides, the broadcast index dims go in place when the advanced indices are adjacent and
+first otherwise); the along-axis ops index one axis with an index array of the iteration's own
+shape.  Set and incr first copy x into ``out0`` (``relayout.copy_launch``) and write there.  Gets
+and sets move bits, so they are generated per element size; incr per dtype.  Index arrays of any
+integer dtype are read through a switch on a per-array dtype code (uniform over the launch: no
+divergence), so one kernel serves every index dtype.
 
-**Errors.**  A kernel cannot raise: an out-of-range index sets, in the launch's error record (one
-zeroed ``long long`` per index array, the buffer ``"err"``), ``LLONG_MAX - i`` by ``atomicMax``
-for the iteration index ``i`` it was met at -- so the record keeps the *first* bad element in
-row-major order, which is the element numpy names.  The element is not written.  The device reads
-the record back and calls the plan's ``error(record, read_index)`` (pure Python): ``None``, or the
-``IndexError`` the CPU device raises, with the same message (``read_index(k, offset)`` reads one
-element of index array ``k``: the message names its value; the one-hot ops name the index's range,
-so they read the whole index array, ``read_index(k, None)``, on that rare path only).
+**Plans.**  ``PLANS`` maps each op class to ``plan(op, ins, outs) -> launch.Plan``; the buffers
+are the op's inputs in its order (``in0`` x, then the value/source and the index arrays).  Every
+op here reads ``ins[k].strides`` (``STRIDED`` holds them all): x, the index arrays, the values and
+masks are read where they lie.  The value of a set/incr (and a scatter's source) must have x's
+dtype, and ``Where``'s x and y the output's: the device converts first (a set moves bits).
+
+**Checks.**  A kernel cannot raise: an out-of-range index sets, in the plan's workspace (one
+int64 word per index array, zeroed by the device), ``LLONG_MAX - i`` by ``atomicMax`` for the
+iteration index ``i`` it was met at -- so the word keeps the *first* bad element in row-major
+order, which is the element numpy names -- and the element is not written.  The plan lists a
+``launch.Check`` per word whose ``error`` builds the CPU device's ``IndexError`` with its exact
+message: ``Gather``/``Scatter``/``ScatterAdd`` -- ``"<op>: index out of range for axis A of size
+N (input shape S)"``; the one-hot ops -- ``"<op>: index out of range [0, N) along axis A (src
+shape S, index range [lo, hi])"``, reading the whole index back (``error(value, read)``, on that
+rare path only); the multi-axis ops -- ``"<op>: index V is out of bounds for axis A with size N
+(indexed shape S)"``, reading the bad element back.  Errors the shapes show (a bad axis, an index
+dtype, a value that does not fit) are raised by the plan functions, naming the op, shapes and
+dtypes.
 
 **Where** is an elementwise select by element size (contiguous, or general with broadcasting);
 the mask of any dtype is true where nonzero (float16 by its bits, so -0 is false and NaN true).
 
-**CondTake** has a data-dependent size: a two-pass plan (``condtake_plan``).  Pass one:
-``mge_condtake_count`` -- a block of 256 threads per tile of 1024 elements, each thread counting
-4 consecutive flags, a shared-memory tree sum giving the tile's count -- then
-``mge_condtake_scan``, one block scanning the tiles' counts (an exclusive scan in chunks of 256,
-Hillis-Steele in double-buffered shared memory, a running carry) into offsets and the total.  The
-device reads the total back (8 bytes), allocates the outputs and runs pass two:
-``mge_condtake_write`` -- each block scans its threads' counts again and each thread writes its
-elements in order at the tile's offset plus its prefix: the values and their int32 flat indices,
-in the order of ``np.flatnonzero``.  An empty result launches nothing in pass two.  A mask index
-(``x[mask]``) uses the same plan for its flat indices, which ``multi_axis_plan`` takes.
+**CondTake** has a data-dependent size: pass one, ``mge_condtake_count`` -- a block of 256
+threads per tile of 1024 elements, each thread counting 4 consecutive flags, a shared-memory tree
+sum giving the tile's count -- then ``mge_condtake_scan``, one block scanning the tiles' counts (an
+exclusive scan in chunks of 256, Hillis-Steele in double-buffered shared memory, a running carry)
+into offsets and the total.  The total is the plan's ``Readback`` (8 bytes): its ``outs`` give the
+outputs' layouts (``total`` elements of x's dtype and int32), which the device allocates then, and
+its ``then`` the second plan.  A plan's workspace lasts one plan only, so pass two counts and
+scans again (one more read of the mask) before ``mge_condtake_write``: each block scans its
+threads' counts again and each thread writes its elements in order at the tile's offset plus its
+prefix -- the values and their int32 flat indices, in the order of ``np.flatnonzero``.  An empty
+result launches nothing in pass two.  A **mask index** (``x[mask]``) takes the same route: a plan
+counts each mask and reads its count back; the last plan writes each mask's flat indices (the
+write kernel with NULL values) into its workspace and indexes with them (a flat index unravels
+over the mask's axes; a get's output is sized by ``Readback.outs``).
 
-Kernels with blocks and barriers use block.py's ``BLOCK_PRELUDE`` (phases, emulated serially on
-the host build); the rest run serially there through ``MGE_LOOP``.
+**Host build.**  Kernels with blocks and barriers (the CondTake passes) use block.py's
+``BLOCK_PRELUDE``: phases between barriers, each run for every emulated thread of the block before
+the next (the plan's grid and block set by ``mge_host_launch``); the rest run serially through
+``MGE_LOOP``, and the atomics are plain read-modify-writes there.
 """
 import functools
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
-from ....ops.indexing import numpy_index, shape_probe
+from ....ops.indexing import (
+    IndexingIncrMultiAxisVec, IndexingMultiAxisVec, IndexingSetMultiAxisVec, numpy_index,
+    shape_probe,
+)
+from ....ops.nn import IndexingOneHot, IndexingSetOneHot
+from ....ops.shape import CondTake, Gather, Scatter, ScatterAdd, Where
 from .elemwise import (
     _PRELUDE, MAX_NDIM, _F16, _dtypes, _code, _storage, KernelSource, index_bits_for,
     pack_layout, simplify_layout,
 )
 from .block import BLOCK_PARTS
-from .relayout import (
-    THREADS, Launch, Ptr, _UINT, _bits, _contiguous_strides, _idx, _size,
-    copy_launch, grid_for,
+from .launch import (
+    THREADS, Buf, Check, Launch, Layout, Memset, Plan, Readback, Workspace, dense_strides,
+    grid_for,
 )
+from .relayout import _UINT, _bits, _idx, _size, copy_launch
 
 __all__ = ["MAX_INDEX", "INDEX_DTYPES", "MODES", "DIFFERENCES", "NVRTC_OPTIONS", "LLONG_MAX",
-           "index_kernel", "where_kernel", "condtake_count_kernel", "condtake_scan_kernel",
-           "condtake_write_kernel", "IndexPlan", "CondTakePlan", "multi_axis_plan", "gather_plan",
-           "scatter_plan", "one_hot_plan", "set_one_hot_plan", "where_launch", "condtake_plan",
+           "PLANS", "STRIDED", "index_kernel", "where_kernel", "condtake_count_kernel",
+           "condtake_scan_kernel", "condtake_write_kernel", "multi_axis_plan", "gather_plan",
+           "scatter_plan", "one_hot_plan", "set_one_hot_plan", "where_plan", "condtake_plan",
            "first_bad", "CONDTAKE_TILE"]
 
 #: NVRTC flags (elemwise.py's).
@@ -91,7 +114,8 @@ DIFFERENCES = """\
   8- and 16-bit integers.
 * An out-of-range index: the error names the first bad element in row-major order of the
   iteration; with negative-stride index arrays numpy may name another one.  Elements with good
-  indices are still written (the output is discarded when the error is raised).
+  indices are still written (the output is discarded when the error is raised).  Of several bad
+  index arrays the first (in the op's order) is named, as numpy does.
 """
 
 _INDEX_CODE = {d: k for k, d in enumerate(INDEX_DTYPES)}
@@ -281,28 +305,7 @@ def _index_dtype(m):
                      ("negative", np.int32, (m,))], align=True)
 
 
-# -- plans ----------------------------------------------------------------------------------------
-
-@dataclass
-class IndexPlan:
-    """The launches of an index op (in order), its output shape, the error record's size
-    (``err_words`` zeroed ``long long``s in the buffer ``"err"``, 0: none) and ``error(record,
-    read_index)`` -- the exception the CPU device raises for the record read back, or ``None``."""
-
-    launches: list
-    out_shape: tuple
-    err_words: int
-    check: object = field(repr=False, default=None)
-
-    def error(self, record, read_index=None):
-        """``None`` when ``record`` (the ``err`` words read back) shows no bad index, else the
-        ``IndexError`` to raise; ``read_index(k, offset)`` reads element ``offset`` (elements,
-        from the pointer passed) of index array ``k``, or all of it for ``offset=None``."""
-        bad = [first_bad(w) for w in np.asarray(record).reshape(-1)[:self.err_words]]
-        if not any(b is not None for b in bad):
-            return None
-        return self.check(bad, read_index)
-
+# -- plan helpers ---------------------------------------------------------------------------------
 
 def first_bad(word):
     """The iteration index an error word records (``None``: no error)."""
@@ -312,10 +315,10 @@ def first_bad(word):
 
 @dataclass(frozen=True)
 class _Entry:
-    """One index array: ``ptr``, ``dtype``, its strides over the iteration space and the x axes
+    """One index array: ``buf``, ``dtype``, its strides over the iteration space and the x axes
     it indexes (sizes, strides; one axis, or a mask's axes for a flat index)."""
 
-    ptr: Ptr
+    buf: Buf
     dtype: np.dtype
     strides: tuple
     sizes: tuple
@@ -324,8 +327,29 @@ class _Entry:
     axis: int = 0  # the (first) x axis it indexes, for messages
 
 
-def _index_launch(mode, itemsize, dtype, shape, xs_strides, os_strides, entries, xs, os):
-    """The index kernel's launch over ``shape``; ``None`` when it is empty."""
+def _describe_ins(ins):
+    return ", ".join(f"{x.dtype} {x.shape}" for x in ins) or "none"
+
+
+def _fail(exc, op, message, ins=()):
+    return exc(f"CUDA {op.name}: {message} (inputs: {_describe_ins(ins)})")
+
+
+def _inputs(op, ins, n):
+    if n is not None and len(ins) != n:
+        raise _fail(TypeError, op, f"{len(ins)} input(s), the plan takes {n}", ins)
+    return ins
+
+
+def _same_dtype(op, ins, what, layout, dtype):
+    if layout.dtype != dtype:
+        raise _fail(TypeError, op, f"{what} dtype {layout.dtype} is not {dtype} (convert it "
+                    f"first)", ins)
+
+
+def _index_launch(mode, itemsize, dtype, shape, xs_strides, os_strides, entries, xs, os, err):
+    """The index kernel's launch over ``shape`` (``err``: the ``Buf`` of one int64 word per
+    entry); ``None`` when it is empty."""
     n = math.prod(shape)
     if n == 0:
         return None
@@ -350,8 +374,8 @@ def _index_launch(mode, itemsize, dtype, shape, xs_strides, os_strides, entries,
         packed["negative"][a] = int(e.negative)
     index = np.int32 if bits == 32 else np.int64
     return Launch(kernel, grid_for(n), (THREADS, 1, 1),
-                  (xs, os, *(e.ptr for e in entries), index(n), pack_layout(shape, strides, bits),
-                   packed[()], Ptr("err")))
+                  (xs, os, *(e.buf for e in entries), index(n), pack_layout(shape, strides, bits),
+                   packed[()], err))
 
 
 def _check_index_dtype(what, dtype):
@@ -362,121 +386,153 @@ def _check_index_dtype(what, dtype):
     return d
 
 
-def _value_dtype(what, mode, dtype, itemsize):
+def _value_dtype(what, mode, dtype):
+    """(the incr kernel's dtype or ``None``, the element size) of x's ``dtype``."""
     if mode == "incr":
         (dtype,) = _dtypes(f"{what} kernel", [dtype])
         return dtype, dtype.itemsize
-    if itemsize is None and dtype is not None:
-        itemsize = _dtypes(f"{what} kernel", [dtype])[0].itemsize
-    return None, _size(f"{what} kernel", itemsize)
+    return None, _size(f"{what} kernel", _dtypes(f"{what} kernel", [dtype])[0].itemsize)
 
 
-def _copy_x(shape, strides, itemsize):
-    """set/incr start from a copy of x: in0 into the dense out0."""
-    launch = copy_launch(shape, strides, _contiguous_strides(shape), itemsize)
+def _copy_x(x, itemsize):
+    """set/incr start from a copy of x: ``in0`` (any strides) into the dense ``out0``."""
+    launch = copy_launch(x.shape, x.element_strides, dense_strides(x.shape), itemsize)
     return [] if launch is None else [launch]
 
 
-def _axis(what, axis, ndim):
+def _axis(op, axis, ndim, ins):
     if not -ndim <= axis < ndim:
-        raise ValueError(f"CUDA {what}: axis {axis} is out of range for {ndim}-d input")
+        raise _fail(ValueError, op, f"axis {axis} is out of range for {ndim}-d input", ins)
     return axis % ndim
 
 
-def _along_axis(what, mode, axis, x_shape, x_strides, index_shape, index_strides, index_dtype,
-                itemsize, dtype, other_strides, negative, keep=None):
-    """The plan of an along-axis op: iteration over ``index_shape`` (x's shape, with the
-    ``keep`` axis -- the one-hot ops -- or ``axis`` indexed)."""
-    ndim = len(x_shape)
-    axis = _axis(what, axis, ndim)
-    index_dtype = _check_index_dtype(what, index_dtype)
-    dtype, itemsize = _value_dtype(what, mode, dtype, itemsize)
-    n = x_shape[axis]
+def _read_layout(read, buf, layout):
+    """The elements of ``layout`` at ``buf`` (any strides) read back through a check's ``read``,
+    as a numpy array."""
+    d, st = layout.dtype, layout.element_strides
+    if layout.size == 0:
+        return np.zeros(layout.shape, d)
+    lo = sum(min(0, (n - 1) * s) for n, s in zip(layout.shape, st))
+    hi = sum(max(0, (n - 1) * s) for n, s in zip(layout.shape, st))
+    flat = read(buf + lo * d.itemsize, d, hi - lo + 1)
+    return np.lib.stride_tricks.as_strided(flat[-lo:], layout.shape,
+                                           tuple(s * d.itemsize for s in st)).copy()
+
+
+def _along_axis(op, mode, ins, index, other, other_strides, negative, keep, ws=None):
+    """The launches, axis, workspace (``ws``, or a new one) and check word of an along-axis op:
+    iteration over ``index``'s shape (x's shape, with ``axis`` indexed; the one-hot ops,
+    ``keep``: x's shape without ``axis``)."""
+    x = ins[0]
+    ndim = len(x.shape)
+    axis = _axis(op, op.axis, ndim, ins)
+    idt = _check_index_dtype(op.name, index.dtype)
+    dtype, itemsize = _value_dtype(op.name, mode, x.dtype)
+    if len(index.shape) != (ndim - 1 if keep else ndim):
+        raise _fail(ValueError, op, f"an index of {len(index.shape)} dims for a {ndim}-d input",
+                    ins)
+    ws = Workspace() if ws is None else ws
+    err = ws.add(8)
     launches = []
     if mode == "get":
-        xst, xs, os = x_strides, Ptr("in0"), Ptr("out0")
+        xst, xs, os = x.element_strides, Buf("in0"), Buf("out0")
     else:
-        xst = _contiguous_strides(x_shape)
-        launches += _copy_x(x_shape, x_strides, itemsize)
-        xs, os = Ptr("out0"), Ptr("in2")
-    if keep is None:  # Gather / Scatter: the index has x's rank
-        it_shape = tuple(index_shape)
-        it_xst = tuple(0 if d == axis else s for d, s in enumerate(xst))
-        it_ist = tuple(index_strides)
-    else:  # one-hot: the index is x's shape without axis
-        it_shape = tuple(index_shape)
+        xst = dense_strides(x.shape)
+        launches += _copy_x(x, itemsize)
+        xs, os = Buf("out0"), other
+    if keep:  # one-hot: the index is x's shape without axis
         it_xst = tuple(s for d, s in enumerate(xst) if d != axis)
-        it_ist = tuple(index_strides)
-    ost = _contiguous_strides(it_shape) if mode == "get" else tuple(other_strides)
-    entry = _Entry(Ptr("in1"), index_dtype, it_ist, (n,), (xst[axis],), negative, axis)
-    launch = _index_launch(mode, itemsize, dtype, it_shape, it_xst, ost, [entry], xs, os)
-    if launch is not None:
-        launches.append(launch)
-    return launches, axis
+    else:  # Gather / Scatter: the index has x's rank
+        it_xst = tuple(0 if d == axis else s for d, s in enumerate(xst))
+    ost = dense_strides(index.shape) if mode == "get" else tuple(other_strides)
+    entry = _Entry(Buf("in1"), idt, index.element_strides, (x.shape[axis],), (xst[axis],),
+                   negative, axis)
+    launch = _index_launch(mode, itemsize, dtype, index.shape, it_xst, ost, [entry], xs, os, err)
+    launches += [launch] if launch is not None else []
+    return launches, axis, ws, err
 
 
-def gather_plan(axis, x_shape, x_strides, index_shape, index_strides, index_dtype, itemsize,
-                op_name="Gather"):
-    """``Gather(axis)`` of ``in0`` (x) at ``in1`` (index) into ``out0`` (index's shape)."""
-    launches, axis = _along_axis(op_name, "get", axis, x_shape, x_strides, index_shape,
-                                 index_strides, index_dtype, itemsize, None, None, True)
-    n = x_shape[axis]
-
-    def check(bad, read):
-        return IndexError(f"{op_name}: index out of range for axis {axis} of size {n} "
-                          f"(input shape {tuple(x_shape)})")
-    return IndexPlan(launches, tuple(index_shape), 1, check)
+def _range_error(op, axis, x):
+    n = x.shape[axis]
+    return lambda value: IndexError(f"{op.name}: index out of range for axis {axis} of size {n} "
+                                    f"(input shape {x.shape})")
 
 
-def scatter_plan(axis, x_shape, x_strides, index_shape, index_strides, index_dtype,
-                 source_strides, itemsize=None, dtype=None, add=False):
-    """``Scatter`` (``add=False``: set) or ``ScatterAdd`` (incr, by ``dtype``): a copy of
-    ``in0`` (x) into ``out0``, then ``in2`` (source, x's dtype, index's shape) written or added at
-    ``in1`` (index) along ``axis``."""
-    name = "ScatterAdd" if add else "Scatter"
-    if dtype is not None and itemsize is None:
-        itemsize = np.dtype(dtype).itemsize
-    launches, axis = _along_axis(name, "incr" if add else "set", axis, x_shape, x_strides,
-                                 index_shape, index_strides, index_dtype, itemsize, dtype,
-                                 source_strides, True)
-    n = x_shape[axis]
+# -- the along-axis ops ---------------------------------------------------------------------------
 
-    def check(bad, read):
-        return IndexError(f"{name}: index out of range for axis {axis} of size {n} "
-                          f"(input shape {tuple(x_shape)})")
-    return IndexPlan(launches, tuple(x_shape), 1, check)
+def gather_plan(op, ins, outs):
+    """``Gather(axis)``: ``in0`` (x) picked at ``in1`` (index, x's rank) along ``axis`` into
+    ``out0`` (index's shape); a ``Check`` for an index out of range."""
+    x, index = _inputs(op, ins, 2)
+    launches, axis, ws, err = _along_axis(op, "get", ins, index, None, None, True, False)
+    return Plan(tuple(launches), ws.size, (Check(err, _range_error(op, axis, x), np.int64),))
 
 
-def _one_hot_check(op_name, axis, x_shape, what="index", src="src"):
-    n = x_shape[axis]
+def scatter_plan(op, ins, outs):
+    """``Scatter(axis)`` (set) or ``ScatterAdd(axis)`` (incr): a copy of ``in0`` (x) into
+    ``out0``, then ``in2`` (source: x's dtype, index's shape) written or added at ``in1`` (index)
+    along ``axis``; a ``Check`` for an index out of range."""
+    x, index, source = _inputs(op, ins, 3)
+    _same_dtype(op, ins, "source", source, x.dtype)
+    if source.shape != index.shape:
+        raise _fail(ValueError, op, "index and source must have the same shape", ins)
+    mode = "incr" if isinstance(op, ScatterAdd) else "set"
+    launches, axis, ws, err = _along_axis(op, mode, ins, index, Buf("in2"),
+                                          source.element_strides, True, False)
+    return Plan(tuple(launches), ws.size, (Check(err, _range_error(op, axis, x), np.int64),))
 
-    def check(bad, read):
-        values = np.asarray(read(0, None))
-        return IndexError(f"{op_name}: {what} out of range [0, {n}) along axis {axis} "
-                          f"({src} shape {tuple(x_shape)}, {what} range [{values.min()}, "
-                          f"{values.max()}])")
-    return check
+
+def _one_hot_error(op, axis, x, index):
+    n = x.shape[axis]
+
+    def error(value, read):
+        values = _read_layout(read, Buf("in1"), index)
+        return IndexError(f"{op.name}: index out of range [0, {n}) along axis {axis} (src shape "
+                          f"{x.shape}, index range [{values.min()}, {values.max()}])")
+    return error
 
 
-def one_hot_plan(axis, keepdims, x_shape, x_strides, index_shape, index_strides, index_dtype,
-                 itemsize):
+def one_hot_plan(op, ins, outs):
     """``IndexingOneHot(axis, keepdims)``: ``in0`` (src) picked at ``in1`` (index: src's shape
-    without ``axis``; no negative indices) into ``out0``."""
-    launches, axis = _along_axis("IndexingOneHot", "get", axis, x_shape, x_strides, index_shape,
-                                 index_strides, index_dtype, itemsize, None, None, False, keep=1)
-    out = tuple(x_shape[:axis]) + ((1,) if keepdims else ()) + tuple(x_shape[axis + 1:])
-    return IndexPlan(launches, out, 1, _one_hot_check("IndexingOneHot", axis, x_shape))
+    without ``axis``; no negative indices) into ``out0``; a ``Check`` whose error reads the index
+    back for its range."""
+    x, index = _inputs(op, ins, 2)
+    launches, axis, ws, err = _along_axis(op, "get", ins, index, None, None, False, True)
+    return Plan(tuple(launches), ws.size, (Check(err, _one_hot_error(op, axis, x, index),
+                                                 np.int64),))
 
 
-def set_one_hot_plan(axis, x_shape, x_strides, index_shape, index_strides, index_dtype,
-                     value_strides, itemsize):
+def _as_shape(layout, shape):
+    """The strides of ``layout`` viewed as ``shape`` (same size) when size-1 dims alone differ,
+    else ``None``."""
+    if layout.contiguous:
+        return dense_strides(shape)
+    have = [(n, s) for n, s in zip(layout.shape, layout.element_strides) if n != 1]
+    if [n for n, _ in have] != [n for n in shape if n != 1]:
+        return None
+    it = iter(s for _, s in have)
+    return tuple(0 if n == 1 else next(it) for n in shape)
+
+
+def set_one_hot_plan(op, ins, outs):
     """``IndexingSetOneHot(axis)``: a copy of ``in0`` (src) into ``out0`` with ``in2`` (value,
-    index's shape: ``value_strides`` of that shape) written at ``in1`` (index) along ``axis``."""
-    launches, axis = _along_axis("IndexingSetOneHot", "set", axis, x_shape, x_strides,
-                                 index_shape, index_strides, index_dtype, itemsize, None,
-                                 value_strides, False, keep=1)
-    return IndexPlan(launches, tuple(x_shape), 1,
-                     _one_hot_check("IndexingSetOneHot", axis, x_shape))
+    index's size: the CPU kernel reshapes it to index's shape) written at ``in1`` (index) along
+    ``axis``; a strided value that no view reshapes is copied dense into the workspace first."""
+    x, index, value = _inputs(op, ins, 3)
+    _same_dtype(op, ins, "value", value, x.dtype)
+    if value.size != index.size:
+        raise _fail(ValueError, op, f"a value of {value.size} elements for an index of "
+                    f"{index.size}", ins)
+    strides = _as_shape(value, index.shape)
+    ws, pre, src = Workspace(), [], Buf("in2")
+    if strides is None:  # no view of the value has index's shape: a dense copy first
+        src = ws.add(value.size * value.dtype.itemsize)
+        pre = [copy_launch(value.shape, value.element_strides, dense_strides(value.shape),
+                           value.dtype.itemsize, Buf("in2"), src)]
+        strides = dense_strides(index.shape)
+    launches, axis, ws, err = _along_axis(op, "set", ins, index, src, strides, False, True, ws)
+    return Plan(tuple(s for s in pre + launches if s is not None), ws.size,
+                (Check(err, _one_hot_error(op, axis, x, index), np.int64),))
 
 
 def _bcast_strides(shape, strides, target):
@@ -486,42 +542,172 @@ def _bcast_strides(shape, strides, target):
                                zip(shape, target[lead:], strides))
 
 
-def multi_axis_plan(op_name, mode, items, x_shape, x_strides, indices, itemsize=None, dtype=None,
-                    value_shape=None, value_strides=None):
-    """``IndexingMultiAxisVec`` (``mode="get"``), ``IndexingSetMultiAxisVec`` (``"set"``) or
-    ``IndexingIncrMultiAxisVec`` (``"incr"``, by ``dtype``) with the op's ``items``.
+# -- the multi-axis ops ---------------------------------------------------------------------------
 
-    ``in0`` is x (``x_shape``, ``x_strides``); the value of set/incr is ``in1`` (x's dtype,
-    ``value_shape``/``value_strides``; numpy's broadcast, leading size-1 axes dropped); index
-    array ``k`` is the buffer ``idx<k>`` -- ``indices[k]`` is ``(shape, strides, dtype)`` for an
-    ``("arr",)`` item, and for a ``("mask",)`` item ``(count, mask_shape)``: its flat nonzero
-    indices (int32, dense; ``condtake_plan``'s index output) and the mask's shape.  Get writes the
-    dense ``out0`` of the result shape; set/incr copy x into ``out0`` and write there."""
-    dtype, itemsize = _value_dtype(op_name, mode, dtype, itemsize)
-    if mode == "get":
-        base, shape, xst, ents = _describe(op_name, items, x_shape, x_strides, indices)
-        launch = _index_launch(mode, itemsize, dtype, shape, xst, _contiguous_strides(shape),
-                               ents, Ptr("in0", base * itemsize), Ptr("out0"))
-        return IndexPlan([launch] if launch else [], shape, len(ents),
-                         _multi_check(op_name, x_shape, ents, shape))
-    base, region, xst, ents = _describe(op_name, items, x_shape, _contiguous_strides(x_shape),
-                                        indices)
-    vshape, vst = tuple(value_shape), tuple(value_strides)
-    while len(vshape) > len(region) and vshape[0] == 1:  # numpy drops leading size-1 axes
-        vshape, vst = vshape[1:], vst[1:]
+_MODE = {IndexingMultiAxisVec: "get", IndexingSetMultiAxisVec: "set",
+         IndexingIncrMultiAxisVec: "incr"}
+
+
+def multi_axis_plan(op, ins, outs):
+    """``IndexingMultiAxisVec`` (get), ``IndexingSetMultiAxisVec`` (set) or
+    ``IndexingIncrMultiAxisVec`` (incr) with the op's ``items``.
+
+    ``in0`` is x; the value of set/incr is ``in1`` (x's dtype; numpy's broadcast, leading size-1
+    axes dropped); the index arrays and masks follow in the order of the items.  Get writes the
+    dense ``out0`` of the result shape; set/incr copy x into ``out0`` and write there.  One
+    ``Check`` per integer index array.  Masks first go through CondTake's count (a plan and a
+    ``Readback`` per mask, see the module)."""
+    mode = _MODE[type(op)]
+    nv = 0 if mode == "get" else 1
+    x = ins[0]
+    kinds = [i[0] for i in op.items if i[0] in ("arr", "mask")]
+    if len(ins) != 1 + nv + len(kinds):
+        raise _fail(TypeError, op, f"{len(ins)} inputs for {len(kinds)} index arrays", ins)
+    if nv:
+        _same_dtype(op, ins, "value", ins[1], x.dtype)
+    _value_dtype(op.name, mode, x.dtype)
+    masks = [k for k, kind in enumerate(kinds) if kind == "mask"]
+    for k in masks:
+        if not ins[1 + nv + k].shape:
+            raise _fail(NotImplementedError, op, "a 0-d mask", ins)
+    return _mask_counts(op, ins, mode, masks, {})[0]
+
+
+def _mask_counts(op, ins, mode, masks, totals):
+    """(plan, output layouts or ``None``): the plan counting the next mask without a count (its
+    count read back; a get's last one sizes the output through ``Readback.outs``), or the final
+    plan once every mask has one."""
+    nv = 0 if mode == "get" else 1
+    todo = [k for k in masks if k not in totals]
+    if not todo:
+        return _multi_final(op, ins, mode, totals)
+    k = todo[0]
+    mask = ins[1 + nv + k]
+    ws = Workspace()
+    steps, total = _count_steps(ws, mask, Buf(f"in{1 + nv + k}"))
+    memo = {}
+
+    def resolve(value):
+        if value not in memo:
+            memo[value] = _mask_counts(op, ins, mode, masks, {**totals, k: int(value)})
+        return memo[value]
+
+    outs = (lambda value: resolve(value)[1]) if mode == "get" and len(todo) == 1 else None
+    readback = Readback(total, np.dtype(np.int64), lambda value: resolve(value)[0], outs)
+    return Plan(tuple(steps), ws.size, readback=readback,
+                notes=(f"the count of mask {k} {mask.shape} read back",)), None
+
+
+def _numpy_error(op, ins, mode, totals):
+    """The CPU device's exception for an index whose shapes fit only given the masks' counts:
+    numpy's own, on zero-stride stand-ins (no data, no copy of x)."""
+    nv = 0 if mode == "get" else 1
+    x = ins[0]
+    probes, k = [], 0
+    for item in op.items:
+        if item[0] not in ("arr", "mask"):
+            continue
+        a = ins[1 + nv + k]
+        if item[0] == "mask":
+            m = np.zeros(a.shape, bool)
+            m.reshape(-1)[:totals[k]] = True
+            probes.append(m)
+        else:
+            probes.append(np.zeros(a.shape, a.dtype))  # in range: only the shapes speak
+        k += 1
+    target = np.lib.stride_tricks.as_strided(np.zeros(1, x.dtype), x.shape, (0,) * len(x.shape))
+    idx = numpy_index(op.items, tuple(probes))
     try:
-        ok = np.broadcast_shapes(vshape, region) == tuple(region)
-    except ValueError:
-        ok = False
-    if not ok:
-        raise ValueError(f"CUDA {op_name}: cannot assign a value of shape {tuple(value_shape)} "
-                         f"to an indexed region of shape {tuple(region)}")
-    launches = _copy_x(x_shape, x_strides, itemsize)
-    launch = _index_launch(mode, itemsize, dtype, region, xst, _bcast_strides(vshape, vst, region),
-                           ents, Ptr("out0", base * itemsize), Ptr("in1"))
-    launches += [launch] if launch else []
-    return IndexPlan(launches, tuple(x_shape), len(ents),
-                     _multi_check(op_name, x_shape, ents, region))
+        if mode == "get":
+            target[idx]
+        elif mode == "set":
+            target[idx] = np.broadcast_to(np.zeros((), x.dtype), ins[1].shape)
+        else:
+            value = np.broadcast_to(np.zeros((), x.dtype), ins[1].shape)
+            region = shape_probe(x.shape)[idx].ndim
+            while value.ndim > region and value.shape[0] == 1:
+                value = value[0]
+            np.add.at(target, idx, value)
+    except IndexError as e:
+        return IndexError(f"{op.name}: {e} (indexed shape {x.shape})")
+    except ValueError as e:
+        if mode == "incr":
+            return ValueError(f"{op.name}: {e} (indexed shape {x.shape}, value shape "
+                              f"{ins[1].shape})")
+        return ValueError(f"{op.name}: {e} (indexed shape {x.shape})")
+    return None
+
+
+def _multi_final(op, ins, mode, totals):
+    nv = 0 if mode == "get" else 1
+    x = ins[0]
+    dtype, itemsize = _value_dtype(op.name, mode, x.dtype)
+    ws = Workspace()
+    steps, indices, k = [], [], 0
+    for item in op.items:
+        if item[0] not in ("arr", "mask"):
+            continue
+        j = 1 + nv + k
+        a = ins[j]
+        if item[0] == "arr":
+            indices.append((a.shape, a.element_strides, a.dtype, Buf(f"in{j}")))
+        else:
+            count = totals[k]
+            flat = ws.add(4 * count)
+            steps += _flat_index_steps(ws, a, Buf(f"in{j}"), flat) if count else []
+            indices.append((count, a.shape, flat))
+        k += 1
+    if totals:  # shapes that fit only given the counts: numpy's own error, as the CPU raises
+        error = _numpy_error(op, ins, mode, totals)
+        if error is not None:
+            raise error
+    xst = x.element_strides if mode == "get" else dense_strides(x.shape)
+    base, shape, it_xst, ents = _describe(op.name, op.items, x.shape, xst, indices)
+    err = ws.add(8 * len(ents))
+    if mode == "get":
+        launch = _index_launch(mode, itemsize, dtype, shape, it_xst, dense_strides(shape), ents,
+                               Buf("in0", base * itemsize), Buf("out0"), err)
+        out_layouts = (Layout(shape, x.dtype),)
+    else:
+        value = ins[1]
+        vshape, vst = value.shape, value.element_strides
+        while len(vshape) > len(shape) and vshape[0] == 1:  # numpy drops leading size-1 axes
+            vshape, vst = vshape[1:], vst[1:]
+        try:
+            ok = np.broadcast_shapes(vshape, shape) == tuple(shape)
+        except ValueError:
+            ok = False
+        if not ok:
+            raise _fail(ValueError, op, f"cannot assign a value of shape {value.shape} to an "
+                        f"indexed region of shape {tuple(shape)}", ins)
+        steps += _copy_x(x, itemsize)
+        launch = _index_launch(mode, itemsize, dtype, shape, it_xst,
+                               _bcast_strides(vshape, vst, shape), ents,
+                               Buf("out0", base * itemsize), Buf("in1"), err)
+        out_layouts = (Layout(x.shape, x.dtype),)
+    steps += [launch] if launch is not None else []
+    checks, k = [], 0
+    for item in op.items:
+        if item[0] == "arr":
+            checks.append(Check(err + 8 * k, _multi_error(op, x, ents[k], shape, ins[
+                1 + nv + k]), np.int64))
+        if item[0] in ("arr", "mask"):
+            k += 1
+    return Plan(tuple(steps), ws.size, tuple(checks)), out_layouts
+
+
+def _multi_error(op, x, entry, shape, index):
+    """The IndexError of index array ``entry`` (``index``: its layout) for a check word: the bad
+    element read back (its position from the iteration index the word keeps)."""
+    def error(value, read):
+        offset, rest = 0, first_bad(value)
+        for n, s in zip(reversed(shape), reversed(entry.strides)):
+            rest, c = divmod(rest, n)
+            offset += c * s
+        v = int(read(entry.buf + offset * index.dtype.itemsize, index.dtype, 1)[0])
+        return IndexError(f"{op.name}: index {v} is out of bounds for axis {entry.axis} with "
+                          f"size {entry.sizes[0]} (indexed shape {x.shape})")
+    return error
 
 
 def _describe(op_name, items, x_shape, x_strides, indices):
@@ -575,13 +761,13 @@ def _describe(op_name, items, x_shape, x_strides, indices):
                 a += 1
             kinds.append("basic" if ndim - consumed else "empty")
         elif kind == "arr":
-            shape, strides, idt = indices[arr]
+            shape, strides, idt, buf = indices[arr]
             entries.append((_check_index_dtype(op_name, idt), tuple(shape), tuple(strides),
-                            (x_shape[a],), (x_strides[a],), True, a))
+                            (x_shape[a],), (x_strides[a],), True, a, buf))
             kinds.append("adv")
             a, arr = a + 1, arr + 1
         elif kind == "mask":
-            count, mshape = indices[arr]
+            count, mshape, buf = indices[arr]
             mshape = tuple(mshape)
             if not mshape:
                 raise NotImplementedError(f"CUDA {op_name}: a 0-d mask")
@@ -590,7 +776,7 @@ def _describe(op_name, items, x_shape, x_strides, indices):
                                  f"the indexed axes {tuple(x_shape[a:a + len(mshape)])} (indexed "
                                  f"shape {tuple(x_shape)})")
             entries.append((np.dtype("int32"), (int(count),), (1,), mshape,
-                            tuple(x_strides[a:a + len(mshape)]), False, a))
+                            tuple(x_strides[a:a + len(mshape)]), False, a, buf))
             kinds.append("adv")
             a, arr = a + len(mshape), arr + 1
         else:
@@ -607,9 +793,9 @@ def _describe(op_name, items, x_shape, x_strides, indices):
     after = [b for b in basic if b[2] > adv[0]] if adjacent else basic
     shape = tuple(b[0] for b in before) + bshape + tuple(b[0] for b in after)
     xst = tuple(b[1] for b in before) + (0,) * len(bshape) + tuple(b[1] for b in after)
-    ents = [_Entry(Ptr(f"idx{k}"), idt, (0,) * len(before) + _bcast_strides(ish, ist, bshape)
+    ents = [_Entry(buf, idt, (0,) * len(before) + _bcast_strides(ish, ist, bshape)
                    + (0,) * len(after), sizes, xstrides, negative, axis)
-            for k, (idt, ish, ist, sizes, xstrides, negative, axis) in enumerate(entries)]
+            for idt, ish, ist, sizes, xstrides, negative, axis, buf in entries]
     if not masks:  # the adjacency rule, checked against numpy on the shapes
         probes = tuple(shape_probe(tuple(ind[0]), np.intp) for ind in indices)
         want = shape_probe(tuple(x_shape))[numpy_index(tuple(items), probes)].shape
@@ -617,24 +803,6 @@ def _describe(op_name, items, x_shape, x_strides, indices):
             raise NotImplementedError(f"CUDA {op_name}: planned shape {shape}, numpy's {want} "
                                       f"for items {items}")
     return base, shape, xst, ents
-
-
-def _multi_check(op_name, x_shape, entries, shape):
-    def check(bad, read):
-        for k, i in enumerate(bad):
-            if i is None:
-                continue
-            e = entries[k]
-            offset, rest = 0, i
-            for n, s in zip(reversed(shape), reversed(e.strides)):
-                rest, c = divmod(rest, n)
-                offset += c * s
-            v = int(read(k, offset))
-            return IndexError(f"{op_name}: index {v} is out of bounds for axis {e.axis} with "
-                              f"size {e.sizes[0]} (indexed shape {tuple(x_shape)})")
-        return None
-    return check
-
 
 # -- Where ----------------------------------------------------------------------------------------
 
@@ -673,28 +841,41 @@ def _where_kernel(m, itemsize, contiguous, bits):
     return KernelSource(name, _parts(name, text), params, contiguous, bits, 3)
 
 
-def where_launch(shape, mask_dtype, itemsize, mask_strides, x_strides, y_strides, out_shape=None):
-    """``Where`` into the dense ``out0`` of the broadcast shape ``out_shape`` (``in0`` mask,
-    ``in1`` x, ``in2`` y; each ``(shape, strides)``); ``None`` when empty.  ``shape`` is the
-    tuple of the three input shapes."""
-    mshape, xshape, yshape = (tuple(s) for s in shape)
-    target = tuple(out_shape) if out_shape is not None else tuple(
-        np.broadcast_shapes(mshape, xshape, yshape))
+
+
+def where_plan(op, ins, outs):
+    """``Where``: ``in1`` (x) where ``in0`` (mask, any dtype: nonzero) else ``in2`` (y), all
+    broadcast to the dense ``out0``; the contiguous kernel when nothing broadcasts or strides."""
+    mask, x, y = _inputs(op, ins, 3)
+    (o,) = outs
+    _same_dtype(op, ins, "x", x, o.dtype)
+    _same_dtype(op, ins, "y", y, o.dtype)
+    try:
+        (mdt,) = _dtypes("Where kernel", [mask.dtype])
+        itemsize = _size("Where kernel", _dtypes("Where kernel", [o.dtype])[0].itemsize)
+    except (TypeError, ValueError) as e:
+        raise _fail(TypeError, op, str(e), ins) from None
+    target = o.shape
     n = math.prod(target)
     if n == 0:
-        return None
-    ins = [_bcast_strides(s, st, target) for s, st in
-           ((mshape, mask_strides), (xshape, x_strides), (yshape, y_strides))]
-    dense = _contiguous_strides(target)
-    ptrs = (Ptr("out0"), Ptr("in0"), Ptr("in1"), Ptr("in2"))
-    if all(tuple(st) == dense for st in ins):
-        return Launch(where_kernel(mask_dtype, itemsize), grid_for(n), (THREADS, 1, 1),
-                      ptrs + (np.int64(n),))
-    simple, strides = simplify_layout(target, [dense] + ins)
-    bits = index_bits_for(simple, strides)
+        return Plan(())
+    try:
+        strides = [_bcast_strides(a.shape, a.element_strides, target) for a in (mask, x, y)]
+        if any(len(a.shape) > len(target) or any(s not in (1, t) for s, t in zip(
+                a.shape[::-1], target[::-1])) for a in (mask, x, y)):
+            raise ValueError
+    except ValueError:
+        raise _fail(ValueError, op, f"the inputs do not broadcast to {target}", ins) from None
+    dense = dense_strides(target)
+    ptrs = (Buf("out0"), Buf("in0"), Buf("in1"), Buf("in2"))
+    if all(tuple(st) == dense for st in strides):
+        return Plan((Launch(where_kernel(mdt, itemsize), grid_for(n), (THREADS, 1, 1),
+                            ptrs + (np.int64(n),)),))
+    simple, st = simplify_layout(target, [dense] + strides)
+    bits = index_bits_for(simple, st)
     index = np.int32 if bits == 32 else np.int64
-    return Launch(where_kernel(mask_dtype, itemsize, False, bits), grid_for(n), (THREADS, 1, 1),
-                  ptrs + (index(n), pack_layout(simple, strides, bits)))
+    return Plan((Launch(where_kernel(mdt, itemsize, False, bits), grid_for(n), (THREADS, 1, 1),
+                        ptrs + (index(n), pack_layout(simple, st, bits))),))
 
 
 # -- CondTake -------------------------------------------------------------------------------------
@@ -810,7 +991,8 @@ def _condtake_scan():
 def condtake_write_kernel(mask_dtype, itemsize):
     """Pass two: ``(const M* mask, const T* x, long long n, mge_layout<2, long long> L, const long
     long* offsets, T* out, int* index)`` -- each tile's true elements at its offset, in order,
-    with their flat indices.  Block (256, 1, 1), a block per tile."""
+    with their flat indices (``out`` and ``x`` NULL: the indices only, a mask index's).  Block
+    (256, 1, 1), a block per tile."""
     (m,) = _dtypes("CondTake kernel", [mask_dtype])
     return _condtake_write(m, _size("CondTake kernel", itemsize))
 
@@ -843,7 +1025,7 @@ def _condtake_write(m, itemsize):
                     long long off[2];
                     mge_offsets<2, long long>(L, i, off);
                     if ({_mask_test(m, 'mask[off[0]]')}) {{
-                        out[at] = x[off[1]];
+                        if (out) out[at] = x[off[1]];  /* NULL: the indices only */
                         index[at] = (int)i;
                         ++at;
                     }}
@@ -856,40 +1038,89 @@ def _condtake_write(m, itemsize):
     return KernelSource(name, _parts(name, text, block=True), params, False, 64, 2)
 
 
-@dataclass
-class CondTakePlan:
-    """CondTake's two passes.  ``workspace``: buffer name -> bytes (``"counts"``, ``"total"``);
-    ``count_launches`` run first; the device then reads ``total`` (one int64) back, allocates
-    ``out0`` (``total`` elements of x's dtype) and ``out1`` (``total`` int32) and runs
-    ``write_launches(total)`` (empty for ``total == 0``)."""
-
-    count_launches: list
-    workspace: dict
-    n: int
-    _write: object = field(repr=False, default=None)
-
-    def write_launches(self, total):
-        """Pass two, once ``total`` is known."""
-        return [] if int(total) == 0 else [self._write]
 
 
-def condtake_plan(shape, mask_dtype, itemsize, mask_strides, x_strides):
-    """``CondTake``: ``in0`` (mask) and ``in1`` (x) of one ``shape`` (any strides) ->
-    ``out0`` = x where the mask is nonzero, ``out1`` = their flat indices (int32)."""
-    n = math.prod(shape)
-    if n > 2 ** 31 - 1:
-        raise ValueError(f"CUDA CondTake: {n} elements (shape {tuple(shape)}); the int32 index "
-                         f"output holds at most 2**31 - 1")
-    if n == 0:
-        return CondTakePlan([], {}, 0)
-    nblocks = -(-n // CONDTAKE_TILE)
-    simple, strides = simplify_layout(tuple(shape), [tuple(mask_strides), tuple(x_strides)])
-    layout = pack_layout(simple, strides, 64)
-    count = Launch(condtake_count_kernel(mask_dtype), (nblocks, 1, 1), (THREADS, 1, 1),
-                   (Ptr("in0"), np.int64(n), layout, Ptr("counts")))
+def _count_steps(ws, mask, buf):
+    """Pass one over ``mask`` (a ``Layout`` at ``buf``): the steps and the ``Buf`` of the total
+    (int64); the tiles' exclusive offsets before it (see ``_tiles``).  An empty mask: a zero."""
+    if mask.size == 0:
+        total = ws.add(8)
+        return [Memset(total, 8, 0)], total
+    nblocks, layout = _tiles(mask, mask)
+    counts, total = ws.add(8 * nblocks), ws.add(8)
+    count = Launch(condtake_count_kernel(mask.dtype), (nblocks, 1, 1), (THREADS, 1, 1),
+                   (buf, np.int64(mask.size), layout, counts))
     scan = Launch(condtake_scan_kernel(), (1, 1, 1), (THREADS, 1, 1),
-                  (Ptr("counts"), np.int64(nblocks), Ptr("total")))
-    write = Launch(condtake_write_kernel(mask_dtype, itemsize), (nblocks, 1, 1), (THREADS, 1, 1),
-                   (Ptr("in0"), Ptr("in1"), np.int64(n), layout, Ptr("counts"), Ptr("out0"),
-                    Ptr("out1")))
-    return CondTakePlan([count, scan], {"counts": 8 * nblocks, "total": 8}, n, write)
+                  (counts, np.int64(nblocks), total))
+    return [count, scan], total
+
+
+def _tiles(mask, x):
+    """(tiles, the packed layout over the mask's shape: mask strides, x strides)."""
+    simple, strides = simplify_layout(mask.shape, [mask.element_strides, x.element_strides])
+    return -(-mask.size // CONDTAKE_TILE), pack_layout(simple, strides, 64)
+
+
+def _write_steps(ws, mask, x, mbuf, xbuf, out, index):
+    """Pass two: count and scan again (a plan's workspace is its own), then write the selected
+    elements of ``x`` at ``xbuf`` to ``out`` (``None``: the indices only) and their int32 flat
+    indices to ``index``."""
+    nblocks, layout = _tiles(mask, x)
+    counts, total = ws.add(8 * nblocks), ws.add(8)
+    itemsize = x.dtype.itemsize if out is not None else 1
+    return [Launch(condtake_count_kernel(mask.dtype), (nblocks, 1, 1), (THREADS, 1, 1),
+                   (mbuf, np.int64(mask.size), layout, counts)),
+            Launch(condtake_scan_kernel(), (1, 1, 1), (THREADS, 1, 1),
+                   (counts, np.int64(nblocks), total)),
+            Launch(condtake_write_kernel(mask.dtype, itemsize), (nblocks, 1, 1), (THREADS, 1, 1),
+                   (mbuf, xbuf, np.int64(mask.size), layout, counts, out, index))]
+
+
+def _flat_index_steps(ws, mask, buf, flat):
+    """The steps writing the int32 flat indices of ``mask``'s nonzero elements to ``flat``."""
+    return _write_steps(ws, mask, mask, buf, None, None, flat)
+
+
+def condtake_plan(op, ins, outs):
+    """``CondTake``: ``in0`` (mask) and ``in1`` (x) of one shape (any strides) -> ``out0`` = x
+    where the mask is nonzero, ``out1`` = their flat indices (int32).  Pass one counts; its total
+    is the ``Readback`` whose ``outs`` size the outputs and whose ``then`` is pass two."""
+    mask, x = _inputs(op, ins, 2)
+    if mask.shape != x.shape:
+        raise _fail(ValueError, op, "mask and input must have the same shape", ins)
+    try:
+        _dtypes("CondTake kernel", [mask.dtype])
+        _size("CondTake kernel", _dtypes("CondTake kernel", [x.dtype])[0].itemsize)
+    except (TypeError, ValueError) as e:
+        raise _fail(TypeError, op, str(e), ins) from None
+    n = x.size
+    if n > 2 ** 31 - 1:
+        raise _fail(ValueError, op, f"{n} elements; the int32 index output holds at most "
+                    f"2**31 - 1", ins)
+    ws = Workspace()
+    steps, total = _count_steps(ws, mask, Buf("in0"))
+
+    def then(count):
+        if int(count) == 0:
+            return Plan((), notes=("nothing selected",))
+        ws2 = Workspace()
+        return Plan(tuple(_write_steps(ws2, mask, x, Buf("in0"), Buf("in1"), Buf("out0"),
+                                       Buf("out1"))), ws2.size)
+
+    def sizes(count):
+        return [Layout((int(count),), x.dtype), Layout((int(count),), np.int32)]
+
+    return Plan(tuple(steps), ws.size, readback=Readback(total, np.dtype(np.int64), then, sizes),
+                notes=("the count read back",))
+
+
+#: op class -> ``plan(op, ins, outs) -> launch.Plan``.
+PLANS = {
+    IndexingMultiAxisVec: multi_axis_plan, IndexingSetMultiAxisVec: multi_axis_plan,
+    IndexingIncrMultiAxisVec: multi_axis_plan, IndexingOneHot: one_hot_plan,
+    IndexingSetOneHot: set_one_hot_plan, Gather: gather_plan, Scatter: scatter_plan,
+    ScatterAdd: scatter_plan, Where: where_plan, CondTake: condtake_plan,
+}
+
+#: Every op here reads its inputs' strides (see the module).
+STRIDED = frozenset(PLANS)
