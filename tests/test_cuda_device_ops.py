@@ -262,6 +262,8 @@ def _bn(d, a, w, b):
 
 
 _C = np.ones((1, 3, 1, 1), "float32")
+_INDEX = rng(5).integers(0, 5, (4, 3, 6))
+_PERM = np.tile(np.arange(5)[None, :, None], (4, 1, 6))[:, :3]  # distinct targets per column
 _LN_W, _LN_B = _x((8, 8), 3), _x((8, 8), 4)
 
 # family -> (case id, fn(device) -> tensors, the op classes it must run through the family's plans
@@ -312,6 +314,23 @@ CASES = {
         ("arange_linspace_eye", lambda d: [F.arange(0, 10, 0.5, device=d),
                                            F.linspace(0, 1, 11, device=d), F.eye(4, 5, device=d)],
          {"Arange", "Linspace", "Eye"}, 0),
+    ],
+    "indexing": [
+        ("advanced_get", lambda d: [on(d, X)[_i32(d, [0, 2, 3]), :, _i32(d, [1, -1, 5])],
+                                    on(d, X)[_i32(d, [-1, 0])]], {"IndexingMultiAxisVec"}, 0),
+        ("advanced_set", lambda d: [_setitem(on(d, X) + 0, (_i32(d, [0, 2]), 1), 9.0)],
+         {"IndexingSetMultiAxisVec"}, 0),
+        ("advanced_backward", lambda d: _grads(
+            d, lambda a: a[_i32(d, [0, 2, 2]), :, _i32(d, [1, 1, 5])], X),
+         {"IndexingMultiAxisVec", "IndexingIncrMultiAxisVec"}, 0),
+        ("gather", lambda d: _grads(d, lambda a: F.gather(a, 1, _i32(d, _INDEX)), X),
+         {"Gather", "ScatterAdd"}, 0),
+        ("scatter", lambda d: [F.scatter(on(d, X), 1, _i32(d, _PERM), on(d, X)[:, :3] * 10)],
+         {"Scatter"}, 0),
+        ("indexing_one_hot", lambda d: [F.indexing_one_hot(
+            on(d, X.reshape(20, 6)), _i32(d, np.arange(20) % 6), 1)], {"IndexingOneHot"}, 0),
+        ("where", lambda d: [F.where(on(d, X) > 0, on(d, X), on(d, X) * 0.1)], {"Where"}, 0),
+        ("cond_take", lambda d: list(F.cond_take(on(d, X) > 0, on(d, X))), {"CondTake"}, 0),
     ],
     "norm": [
         ("batch_norm", lambda d: _grads(d, lambda a, w, b: _bn(d, a, w, b), IMG, 1.5 * _C,
@@ -377,6 +396,22 @@ def test_a_label_out_of_range_raises_the_cpus_index_error_at_the_next_sync(cuda)
         errors.append(str(err))
         np.testing.assert_array_equal((on(d, np.ones(3, "float32")) * 2).numpy(), [2, 2, 2])
     assert errors[0] == errors[1] and "label out of range" in errors[0]
+
+
+@pytest.mark.parametrize("case", ["advanced", "gather"])
+def test_an_index_out_of_range_raises_the_cpus_index_error(cuda, case):
+    """The indexing kernels' check: the CPU device's IndexError with its message."""
+    errors = []
+    for d in (DEV, "cpu0"):
+        with pytest.raises((IndexError, AsyncError)) as info:
+            if case == "advanced":
+                on(d, X)[_i32(d, [0, 7])].numpy()
+            else:
+                F.gather(on(d, X), 1, _i32(d, np.full((4, 2, 6), 9))).numpy()
+        err = info.value if isinstance(info.value, IndexError) else info.value.__cause__
+        assert isinstance(err, IndexError)
+        errors.append(str(err))
+    assert errors[0] == errors[1]
 
 
 # == random numbers: properties, not values (the generator is the device's own) ===================

@@ -29,6 +29,10 @@ of every kernel family that states its ops as plans.
    the op that caused it; the channel reports it at the next sync, as on the CPU.
 4. A ``Readback`` copies its scalar to the host (after the steps) and runs ``then(value)``'s plan
    on the same ``in``/``out`` buffers with its own workspace; and so on while plans read back.
+   Outputs of a data-dependent size (``CondTake``; a mask index: the descs have no shape, and
+   the plan function gets an empty ``Layout`` of the dtype) are allocated only when a
+   ``Readback``'s ``outs(value)`` gives their ``Layout``s; a plan with such a readback runs before
+   any output is allocated.
 
 **Registration** (``register_families``, called by ``launch.load_all`` after every launcher
 module is imported): each module of ``cuda/kernels/`` whose ``PLANS`` table is in launch.py's
@@ -83,7 +87,8 @@ class _Bound:
         for k, b in enumerate(inputs):
             self.buffers[f"in{k}"] = (b,) + _span(b)
         for k, b in enumerate(outputs):
-            self.buffers[f"out{k}"] = (b,) + _span(b)
+            if b is not None:  # (not allocated yet: a readback's ``outs`` will size it)
+                self.buffers[f"out{k}"] = (b,) + _span(b)
         if workspace is not None:
             self.buffers["ws"] = (workspace, 0, workspace.size)
 
@@ -228,30 +233,46 @@ def run_plan(device, plan, inputs, descs, aliases=None):
     if not isinstance(plan, L.Plan):
         raise TypeError(f"run_plan: a launch.Plan is needed, got {type(plan).__name__}")
     aliases = aliases or {}
-    outputs = []
-    for k, d in enumerate(descs):
-        if k in aliases:
-            outputs.append(aliases[k])
-            continue
-        if d.shape is None:
-            raise NotImplementedError(
-                f"run_plan on {device.name}: output {k} has no known shape ({d.dtype}); a plan "
-                f"gets its outputs allocated from the descs")
-        outputs.append(device.empty(d.shape, d.dtype))
+    outputs = [aliases.get(k) for k in range(len(descs))]
     while plan is not None:
+        rb = plan.readback
+        if rb is None or rb.outs is None:
+            _allocate(device, outputs, descs, pending=rb is not None)
         ws = device.workspace(plan.workspace) if plan.workspace else None
         bound = _Bound(device, inputs, outputs, ws)
         _run_steps(device, plan, bound)
-        rb = plan.readback
         if rb is None:
             break
-        value = bound.read(rb.buf, rb.dtype, 1)[0]
-        plan = rb.then(value.item())
+        value = bound.read(rb.buf, rb.dtype, 1)[0].item()
+        if rb.outs is not None:  # data-dependent sizes: the outputs are allocated now
+            layouts = list(rb.outs(value))
+            if len(layouts) != len(descs):
+                raise TypeError(f"run_plan: Readback.outs gave {len(layouts)} layouts for "
+                                f"{len(descs)} outputs")
+            for k, lay in enumerate(layouts):
+                if k not in aliases and (outputs[k] is None or outputs[k].shape != lay.shape):
+                    outputs[k] = device.empty(lay.shape, lay.dtype)
+        plan = rb.then(value)
         if plan is not None and not isinstance(plan, L.Plan):
             raise TypeError(f"run_plan: a Readback's then() gave {type(plan).__name__}, not a "
                             f"launch.Plan")
         del bound, ws  # the workspace goes back to the pool (the stream orders its reuse)
+    _allocate(device, outputs, descs, pending=False)  # (a plan that ended without writing them)
     return tuple(outputs)
+
+
+def _allocate(device, outputs, descs, pending):
+    # the outputs not allocated yet whose shapes the descs know; one of unknown shape may wait
+    # for a readback's ``outs`` while plans still read values back (``pending``)
+    for k, d in enumerate(descs):
+        if outputs[k] is not None:
+            continue
+        if d.shape is None:
+            if pending:
+                continue
+            raise ValueError(f"run_plan on {device.name}: output {k} ({d.dtype}) has no known "
+                             f"shape, and no Readback's outs gave one")
+        outputs[k] = device.empty(d.shape, d.dtype)
 
 
 # -- registration ----------------------------------------------------------------------------------
@@ -325,11 +346,9 @@ def plan_launcher(module, cls):
         if prepare is not None:
             op, inputs = prepare(device, op, inputs)
         ins = [L.Layout(b.shape, b.dtype, b.strides if strided else None) for b in inputs]
-        if any(d.shape is None for d in descs):
-            raise NotImplementedError(
-                f"{op.name} on {device.name}: an output of unknown shape for a plan of "
-                f"{module.__name__} (inputs {_describe(inputs)})")
-        outs = [L.Layout(d.shape, d.dtype) for d in descs]
+        # an output of unknown shape (CondTake's) is an empty Layout of its dtype: the plan's
+        # Readback.outs sizes it
+        outs = [L.Layout((0,) if d.shape is None else d.shape, d.dtype) for d in descs]
         plan = plan_fn(op, ins, outs)
         if not isinstance(plan, L.Plan):
             raise TypeError(f"{op.name}: {module.__name__}.PLANS gave {type(plan).__name__}, "
