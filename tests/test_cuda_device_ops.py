@@ -188,6 +188,32 @@ def test_a_readback_continues_with_the_plan_its_value_chooses(cuda):
     assert seen == [5] and (dev.to_host(out) == 0).all()
 
 
+def test_outputs_of_a_data_dependent_size_come_with_the_readback(cuda):
+    """An output the descs do not size is allocated from ``Readback.outs(value)``, after the
+    first plan ran (it names no output) and before the plan ``then(value)`` gives."""
+    dev = cuda
+    ws = lk.Workspace()
+    word = ws.add(4)
+    count = lk.Launch(_copy_i32(), (1, 1, 1), (32, 1, 1), (word, lk.Buf("in0"), _n(1)))
+
+    def then(v):  # out0 = in1[:v] + in1[:v]; out1 (a known shape) zeroed
+        return lk.Plan((lk.Launch(_add(), lk.grid_for(v), lk.THREADS,
+                                  (lk.Buf("out0"), lk.Buf("in1"), lk.Buf("in1"), _n(v))),
+                        lk.Memset(lk.Buf("out1"), 8, 0)))
+
+    plan = lk.Plan((count,), ws.size, readback=lk.Readback(
+        word, np.dtype("int32"), then, lambda v: [lk.Layout((v,), F32), lk.Layout((2,), F32)]))
+    n = dev.from_host(np.array([3], np.int32))
+    x = dev.from_host(np.arange(5, dtype=F32))
+    out, zero = plans.run_plan(dev, plan, [n, x], [TensorDesc(None, F32), TensorDesc((2,), F32)])
+    assert out.shape == (3,)
+    np.testing.assert_array_equal(dev.to_host(out), [0, 2, 4])
+    assert (dev.to_host(zero) == 0).all()
+    # without a readback that sizes it, an output of unknown shape is an error naming it
+    with pytest.raises(ValueError, match="output 0 .* no known shape"):
+        plans.run_plan(dev, lk.Plan(()), [], [TensorDesc(None, F32)])
+
+
 def test_a_buffer_outside_the_plan_is_refused_by_name(cuda):
     dev = cuda
     x = dev.from_host(np.zeros(4, F32))
@@ -223,6 +249,27 @@ def test_every_family_table_in_the_plan_format_is_registered(cuda):
                 assert launcher.strided == (cls in getattr(m, "STRIDED", ()))
                 assert launcher.reuse == bool(getattr(m, "INPLACE", {}).get(cls))
     assert set(plans.REGISTERED) <= set(CUDA_KERNELS)
+    # the view ops of relayout's table keep their explicit launchers (views, no kernel)
+    relayout = family("relayout")
+    if relayout is not None:
+        from mge._core.ops.shape import Dimshuffle
+        assert Dimshuffle in relayout.PLANS and Dimshuffle not in plans.REGISTERED
+        assert lookup(Dimshuffle).fn.__module__.endswith("launch.shape")
+
+
+def test_a_strided_family_op_reads_views_in_place(cuda):
+    """A ``STRIDED`` op (relayout's Concat) gets a transposed view as it is -- no relayout copy
+    first; a dense-only one (reduce's) gets it made dense by the device."""
+    a, b = on(DEV, X), on(DEV, X * 2)
+    ta, tb = F.transpose(a, (0, 2, 1)), F.transpose(b, (0, 2, 1))
+    before = cuda.relayouts
+    got = F.concat([ta, tb], axis=1).numpy()
+    assert cuda.relayouts == before
+    np.testing.assert_array_equal(got, np.concatenate([X.transpose(0, 2, 1),
+                                                       (X * 2).transpose(0, 2, 1)], axis=1))
+    got = F.sum(ta, axis=2).numpy()
+    assert cuda.relayouts == before + 1
+    np.testing.assert_allclose(got, X.transpose(0, 2, 1).sum(axis=2), rtol=1e-6, atol=1e-6)
 
 
 # == the families' ops through the functional API ==================================================

@@ -50,6 +50,7 @@ import pkgutil
 
 import numpy as np
 
+from ....ops.reduce import Argmax, Argmin, Reduce, normalize_axes
 from .. import kernels as _kernels_pkg
 from ..kernels import launch as L
 from . import CUDA_KERNELS, def_launcher
@@ -314,7 +315,6 @@ def _adjacent_axes(device, op, inputs):
     relayout kernel), and the op reduces the trailing axes.  The output's elements keep their
     order (the kept axes' order) and an arg-extremum's flat index its meaning (the reduced axes'
     order)."""
-    from ....ops.reduce import normalize_axes
     (x,) = inputs
     axes = normalize_axes(op.axis, x.ndim)
     if axes is None or not axes:
@@ -329,8 +329,8 @@ def _adjacent_axes(device, op, inputs):
     return op, [device.relayout(view)]
 
 
-# op class name -> ``fn(device, op, inputs) -> (op, inputs)`` run before the plan is asked for
-_PREPARE = {"Reduce": _adjacent_axes, "Argmax": _adjacent_axes, "Argmin": _adjacent_axes}
+# op class -> ``fn(device, op, inputs) -> (op, inputs)``, run before the plan is asked for
+_PREPARE = {Reduce: _adjacent_axes, Argmax: _adjacent_axes, Argmin: _adjacent_axes}
 
 
 def plan_launcher(module, cls):
@@ -340,7 +340,7 @@ def plan_launcher(module, cls):
     strided = cls in getattr(module, "STRIDED", ())
     inplace = tuple(getattr(module, "INPLACE", {}).get(cls, ()))
 
-    prepare = _PREPARE.get(cls.__name__) if cls.__module__.endswith("ops.reduce") else None
+    prepare = _PREPARE.get(cls)
 
     def launch(device, op, inputs, descs, donated=()):
         if prepare is not None:
