@@ -36,18 +36,14 @@ from mge._core.device.cpu import KERNELS
 from mge._core.device.cuda import hostbuild, nvrtc
 from mge._core.device.cuda.kernels import elemwise as ek
 from mge._core.ops.elemwise import ELEMWISE_ARITY, ELEMWISE_MODES, Elemwise, TypeCvt, elemwise_op
+from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
+    fast_options, missing as _missing, nvrtc_ready, old_arch, ptxas_ready)
 
 DTYPES = ek.SUPPORTED_DTYPES
 MODES = sorted(ELEMWISE_MODES)
 B, I8, U8, I16, I32 = (np.dtype(d) for d in ("bool", "int8", "uint8", "int16", "int32"))
 F16, F32, F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
 WORKERS = min(4, os.cpu_count() or 1)  # NVRTC and ptxas run outside the GIL
-
-
-def _missing(message):
-    if os.environ.get("CI"):  # CI installs the CUDA wheels and g++: there a missing one fails
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def _accepts(mode, dtypes):
@@ -88,34 +84,10 @@ VARIANTS = [(True, 64), (False, 64), (False, 32)]
 
 # -- compiling: the sweep -------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def nvrtc_ready():
-    why = nvrtc.why_unavailable()
-    if why:
-        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
-
-
-@pytest.fixture(scope="module")
-def ptxas_ready():
-    if nvrtc.find_ptxas() is None:
-        env = os.environ.get("MGE_PTXAS")
-        _missing(f"ptxas is needed to assemble PTX: MGE_PTXAS={env} is no executable" if env else
-                 "ptxas is needed to assemble PTX: pip install nvidia-cuda-nvcc-cu12 (or set "
-                 "MGE_PTXAS)")
-
-
-@pytest.fixture(scope="module")
-def old_arch(nvrtc_ready):
-    """The oldest architecture from Volta on that this NVRTC compiles for (70 in CUDA 12, 75 in
-    CUDA 13)."""
-    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
-
-
 def _fast_options():
-    # -Ofc (NVRTC 12.8+) skips most optimisation, five times faster: the sweep checks that every
-    # kernel compiles; one representative program below compiles with the kernels' own flags.
-    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
-    return ek.NVRTC_OPTIONS + fast
+    return fast_options(ek.NVRTC_OPTIONS)
+
+
 
 
 def _sweep_programs(old):

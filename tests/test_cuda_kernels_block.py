@@ -8,7 +8,6 @@
   library through the one host convention (``mge_host_launch``), checked against numpy.
 """
 import ctypes
-import os
 import re
 
 import numpy as np
@@ -27,15 +26,9 @@ from mge._core.device.cuda.kernels import relayout as rl
 from mge._core.device.cuda.kernels import rng as gk
 from mge._core.device.cuda.kernels import softmax as sk
 from mge._core.ops.optimizer import SGDUpdate
+from cuda_toolchain import missing as _missing
 
 F16, F32, F64 = np.dtype("float16"), np.dtype("float32"), np.dtype("float64")
-
-
-def _missing(message):
-    """Skip with the reason; in CI (which installs NVRTC, ptxas and g++) fail instead."""
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def _every_family():

@@ -46,17 +46,13 @@ from mge._core.device.cuda.kernels import pool as pk
 from mge._core.ops.base import INFER, TensorDesc
 from mge._core.ops.nn_conv import Convolution, ConvolutionBackwardData, ConvolutionBackwardFilter
 from mge._core.ops.nn_pool import AdaptivePooling, MaxPoolingGather, Pooling, PoolingBackward
+from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
+    fast_options, missing as _missing, nvrtc_ready, old_arch, ptxas_ready)
 
 F16, F32, F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
 FLOATS = (F16, F32, F64)
 MODES = ("max", "average", "average_count_exclude_padding")
 WORKERS = min(4, os.cpu_count() or 1)
-
-
-def _missing(message):
-    if os.environ.get("CI"):  # CI installs the CUDA wheels and g++: there a missing one fails
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 # -- every kernel ---------------------------------------------------------------------------------
@@ -84,30 +80,10 @@ def _all_kernels():
 KERNEL_GROUPS = _all_kernels()
 
 
-@pytest.fixture(scope="module")
-def nvrtc_ready():
-    why = nvrtc.why_unavailable()
-    if why:
-        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
-
-
-@pytest.fixture(scope="module")
-def ptxas_ready():
-    if nvrtc.find_ptxas() is None:
-        _missing("ptxas is needed to assemble PTX: pip install nvidia-cuda-nvcc-cu12 (or set "
-                 "MGE_PTXAS)")
-
-
-@pytest.fixture(scope="module")
-def old_arch(nvrtc_ready):
-    """The oldest architecture from Volta on that this NVRTC compiles for."""
-    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
-
-
 def _fast_options():
-    # -Ofc (NVRTC 12.8+): the same front end and code generator, little optimisation
-    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
-    return ek.NVRTC_OPTIONS + fast
+    return fast_options(ek.NVRTC_OPTIONS)
+
+
 
 
 def _entries(ptx):

@@ -46,17 +46,13 @@ from mge._core.ops.shape import (
     Broadcast, BroadcastTo, Concat, CondTake, Diag, Dimshuffle, Gather, Repeat, Roll, Scatter,
     ScatterAdd, Split, Stack, Tile, Where,
 )
+from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
+    fast_options, missing as _missing, nvrtc_ready, old_arch)
 
 DTYPES = ek.SUPPORTED_DTYPES
 F16 = np.dtype("float16")
 PLANS = {**rl.PLANS, **ix.PLANS}
 WORKERS = min(4, os.cpu_count() or 1)
-
-
-def _missing(message):
-    if os.environ.get("CI"):  # CI installs NVRTC, ptxas and g++: there a missing one fails
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 # -- every kernel ---------------------------------------------------------------------------------
@@ -86,20 +82,9 @@ FAMILIES = _families()
 
 
 def _fast_options():
-    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
-    return rl.NVRTC_OPTIONS + fast
+    return fast_options(rl.NVRTC_OPTIONS)
 
 
-@pytest.fixture(scope="module")
-def nvrtc_ready():
-    why = nvrtc.why_unavailable()
-    if why:
-        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
-
-
-@pytest.fixture(scope="module")
-def old_arch(nvrtc_ready):
-    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
 
 
 @pytest.fixture(scope="module")

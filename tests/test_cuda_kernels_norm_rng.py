@@ -45,16 +45,12 @@ from mge._core.ops.optimizer import (
     AdadeltaUpdate, AdagradUpdate, AdamUpdate, RMSpropUpdate, SGDUpdate,
 )
 from mge._core.ops.rng import BetaRNG, GammaRNG, GaussianRNG, UniformRNG
+from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
+    fast_options, missing as _missing, nvrtc_ready, old_arch)
 
 F16, F32, F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
 FLOATS = (F16, F32, F64)
 WORKERS = min(2, os.cpu_count() or 1)
-
-
-def _missing(message):
-    if os.environ.get("CI"):  # CI installs the CUDA wheels and g++: there a missing one fails
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 # -- the cases: ops, inputs and plans -------------------------------------------------------------
@@ -206,22 +202,10 @@ GROUPS = {"norm": _norm_kernels, "rng": _rng_kernels, "optimizer": _update_kerne
 
 # -- compiling ------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def nvrtc_ready():
-    why = nvrtc.why_unavailable()
-    if why:
-        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
-
-
-@pytest.fixture(scope="module")
-def old_arch(nvrtc_ready):
-    """The oldest architecture from Volta on that this NVRTC compiles for."""
-    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
-
-
 def _fast_options():
-    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
-    return nk.NVRTC_OPTIONS + fast
+    return fast_options(nk.NVRTC_OPTIONS)
+
+
 
 
 @pytest.mark.parametrize("group", sorted(GROUPS))

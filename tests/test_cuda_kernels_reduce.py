@@ -50,6 +50,8 @@ from mge._core.ops.nn import (
     LogSoftmax, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward,
 )
 from mge._core.ops.reduce import Argmax, Argmin, Argsort, CumSum, Reduce, TopK
+from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
+    fast_options, missing as _missing, nvrtc_ready, old_arch)
 
 DTYPES = ek.SUPPORTED_DTYPES
 B, I8, U8, I16, I32, I64 = (np.dtype(d) for d in ("bool", "int8", "uint8", "int16", "int32",
@@ -59,12 +61,6 @@ WORKERS = min(2, os.cpu_count() or 1)  # NVRTC, ptxas and g++ run outside the GI
 MODES = rk.REDUCE_KERNEL_MODES
 RAW_SCANS = (I8, I64, F32, F64)  # one dtype per accumulator type (u32, u64, float, double)
 PLANS = {**rk.PLANS, **sk.PLANS}
-
-
-def _missing(message):
-    if os.environ.get("CI"):  # CI installs the CUDA wheels and g++: there a missing one fails
-        pytest.fail(message)
-    pytest.skip(message)
 
 
 def _reduce_kernels():
@@ -112,23 +108,10 @@ def _host_kernels(float16):
 
 # -- compiling ------------------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def nvrtc_ready():
-    why = nvrtc.why_unavailable()
-    if why:
-        _missing(f"NVRTC is needed to compile the CUDA kernels: {why}")
-
-
-@pytest.fixture(scope="module")
-def old_arch(nvrtc_ready):
-    """The oldest architecture from Volta on that this NVRTC compiles for."""
-    return f"compute_{min(a for a in nvrtc.supported_archs() if a >= 70)}"
-
-
 def _fast_options():
-    # -Ofc (NVRTC 12.8+): the same front end, little optimisation, several times faster
-    fast = ("-Ofc=max",) if nvrtc.nvrtc_version() >= (12, 8) else ()
-    return rk.NVRTC_OPTIONS + fast
+    return fast_options(rk.NVRTC_OPTIONS)
+
+
 
 
 def _entries(ptx):
