@@ -483,6 +483,28 @@ def test_uniform_normal_and_dropout_on_the_device(cuda):
     assert abs((y == 0).mean() - 0.3) < 0.02
 
 
+def test_gamma_and_beta_on_the_device_and_their_parameter_checks(cuda):
+    """Moments of Gamma(k, theta) and Beta(a, b); a parameter that is not positive raises the
+    CPU device's ValueError (the plans' checks), as on cpu0."""
+    g = mge.random.RNG(seed=4, device=DEV)
+    k = g.gamma(on(DEV, np.full(20000, 2.0, "float32")), 1.5).numpy()
+    assert k.min() > 0 and abs(k.mean() - 3.0) < 0.1 and abs(k.var() - 4.5) < 0.4
+    b = g.beta(on(DEV, np.full(20000, 2.0, "float32")),
+               on(DEV, np.full(20000, 3.0, "float32"))).numpy()
+    assert 0 < b.min() and b.max() < 1 and abs(b.mean() - 0.4) < 0.01
+    for make in (lambda r, d: r.gamma(on(d, np.array([1.0, -2.0], "float32")), 1.0),
+                 lambda r, d: r.beta(on(d, np.array([1.0, 2.0], "float32")),
+                                     on(d, np.array([0.0, 1.0], "float32")))):
+        errors = []
+        for d in (DEV, "cpu0"):
+            with pytest.raises((ValueError, AsyncError)) as info:
+                make(mge.random.RNG(seed=1, device=d), d).numpy()
+            err = info.value if isinstance(info.value, ValueError) else info.value.__cause__
+            assert isinstance(err, ValueError)
+            errors.append(str(err))
+        assert errors[0] == errors[1] and "must be positive" in errors[0]
+
+
 # == optimizers: the fused updates, in place ========================================================
 def _opt_steps(d, make, steps=3):
     r = rng(5)
@@ -501,6 +523,10 @@ def _opt_steps(d, make, steps=3):
     ("sgd_nesterov", lambda p: mge.optimizer.SGD(p, lr=0.01, momentum=0.9, nesterov=True), 0),
     # Adam's 1 - beta ** t: the device's pow may differ from Python's in the last bit
     ("adam", lambda p: mge.optimizer.Adam(p, lr=0.01, weight_decay=1e-2), (1e-6, 1e-7)),
+    ("adamw", lambda p: mge.optimizer.AdamW(p, lr=0.01), (1e-6, 1e-7)),
+    ("adagrad", lambda p: mge.optimizer.Adagrad(p, lr=0.01), (1e-6, 1e-7)),
+    ("adadelta", lambda p: mge.optimizer.Adadelta(p), 0),
+    ("rmsprop", lambda p: mge.optimizer.RMSprop(p, lr=0.01, momentum=0.5, centered=True), 0),
 ])
 def test_optimizer_steps_match_the_cpu_and_update_in_place(cuda, name, make, tol):
     module = family("optimizer")
@@ -508,7 +534,8 @@ def test_optimizer_steps_match_the_cpu_and_update_in_place(cuda, name, make, tol
     before = cuda.inplace
     got = {}
     names = ran(cuda, lambda: got.setdefault("r", both(lambda d: _opt_steps(d, make))))
-    assert names & {"SGDUpdate", "AdamUpdate"}
+    assert names & {"SGDUpdate", "AdamUpdate", "AdagradUpdate", "AdadeltaUpdate",
+                    "RMSpropUpdate"}
     assert cuda.inplace > before  # the parameter (and states) written over their old values
     (g,), (r,) = got["r"]
     if tol == 0:
