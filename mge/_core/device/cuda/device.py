@@ -159,7 +159,7 @@ class CudaDevice(Device):
         self.kind = kind
         self.backend = backend
         self.pool = CachingPool(backend)
-        self._modules = {}          # (kernel name, source) -> the backend's module
+        self._modules = {}          # (kernel name, its text) -> the backend's module
         self._modules_lock = threading.Lock()
         self._local = threading.local()   # the pool-call depth and the frees deferred meanwhile
         self._oom_callbacks = {}    # a callback -> the wrapper the pool calls
@@ -353,7 +353,7 @@ class CudaDevice(Device):
     # -- kernels ---------------------------------------------------------------------------------
     def module(self, kernel):
         """The backend's module holding ``kernel`` (loaded on first use, then cached)."""
-        key = (kernel.name, kernel.source)
+        key = _kernel_key(kernel)
         mod = self._modules.get(key)
         if mod is None:
             with self._modules_lock:
@@ -368,20 +368,20 @@ class CudaDevice(Device):
         ``module`` caches it."""
         out, missing = {}, []
         for k in kernels:
-            mod = self._modules.get((k.name, k.source))
+            mod = self._modules.get(_kernel_key(k))
             if mod is None:
                 missing.append(k)
             else:
                 out[k.name] = mod
         if missing:
             with self._modules_lock:
-                todo = [k for k in missing if (k.name, k.source) not in self._modules]
+                todo = [k for k in missing if _kernel_key(k) not in self._modules]
                 if todo:
                     mod = self.backend.load(todo)
                     for k in todo:
-                        self._modules[(k.name, k.source)] = mod
+                        self._modules[_kernel_key(k)] = mod
                 for k in missing:
-                    out[k.name] = self._modules[(k.name, k.source)]
+                    out[k.name] = self._modules[_kernel_key(k)]
         return out
 
     def launch(self, kernel, grid, block, args, shared_bytes=0):
@@ -452,6 +452,14 @@ class CudaDevice(Device):
                                  f"{buf.shape}, the op declares {tuple(shape)}")
             result.append(buf)
         return result
+
+
+def _kernel_key(kernel):
+    # a kernel's identity: its name and its text, as the (guard, text) pieces -- a tuple of the
+    # generators' own strings, whose hashes Python caches (joining them per launch would not be
+    # free); a kernel-like object without pieces by its whole source
+    parts = getattr(kernel, "parts", None)
+    return (kernel.name, parts if parts is not None else kernel.source)
 
 
 def _refs(values, i):

@@ -41,7 +41,8 @@ left alone) gets, for every op class of the table that has no explicit launcher 
 ``cuda/launch/*.py``, a launcher that builds the ``Layout``s -- the inputs' strides for the
 family's ``STRIDED`` ops (registered ``strided=True``), dense inputs otherwise (the device's
 ``execute`` makes views dense first, one relayout kernel each) and the descs' shapes and dtypes
-for the outputs -- asks the plan function ``PLANS[cls](op, ins, outs)`` for the plan and runs it.
+for the outputs -- asks the plan function ``PLANS[cls](op, ins, outs)`` for the plan (cached by
+op and layouts: a plan is a pure function of them) and runs it.
 A family whose table lands later needs no change here: the loop runs over every kernel module.
 """
 import importlib
@@ -74,7 +75,6 @@ REGISTERED = {}
 #: kernel module name -> why it could not be imported (its ops then have no CUDA launcher).
 UNAVAILABLE = {}
 
-# Buffer names of a plan: "in<k>", "out<k>", "ws"
 _CHECK_SPAN = 4096  # check words within this many bytes are read back in one copy
 
 
@@ -333,13 +333,33 @@ def _adjacent_axes(device, op, inputs):
 _PREPARE = {Reduce: _adjacent_axes, Argmax: _adjacent_axes, Argmin: _adjacent_axes}
 
 
+# (plan function, op, ins, outs) -> plan: a plan is a pure function of the op (its parameters,
+# an RNG's seed included) and the layouts, and making one costs about as much Python as running
+# it; emptied when full (training loops repeat a few hundred distinct ops)
+_PLAN_CACHE = {}
+_PLAN_CACHE_SIZE = 4096
+
+
+def _plan(plan_fn, op, ins, outs):
+    key = (plan_fn, op, tuple(ins), tuple(outs))
+    try:
+        plan = _PLAN_CACHE.get(key)
+    except TypeError:  # an op with an unhashable parameter
+        return plan_fn(op, ins, outs)
+    if plan is None:
+        plan = plan_fn(op, ins, outs)
+        if len(_PLAN_CACHE) >= _PLAN_CACHE_SIZE:
+            _PLAN_CACHE.clear()
+        _PLAN_CACHE[key] = plan
+    return plan
+
+
 def plan_launcher(module, cls):
     """The launcher of op class ``cls`` from kernel ``module``'s tables (``PLANS``, ``STRIDED``,
     ``INPLACE``): ``(fn, strided, reuse)``."""
     plan_fn = module.PLANS[cls]
     strided = cls in getattr(module, "STRIDED", ())
     inplace = tuple(getattr(module, "INPLACE", {}).get(cls, ()))
-
     prepare = _PREPARE.get(cls)
 
     def launch(device, op, inputs, descs, donated=()):
@@ -349,7 +369,7 @@ def plan_launcher(module, cls):
         # an output of unknown shape (CondTake's) is an empty Layout of its dtype: the plan's
         # Readback.outs sizes it
         outs = [L.Layout((0,) if d.shape is None else d.shape, d.dtype) for d in descs]
-        plan = plan_fn(op, ins, outs)
+        plan = _plan(plan_fn, op, ins, outs)
         if not isinstance(plan, L.Plan):
             raise TypeError(f"{op.name}: {module.__name__}.PLANS gave {type(plan).__name__}, "
                             f"not a launch.Plan")
@@ -357,7 +377,7 @@ def plan_launcher(module, cls):
         for o, i in inplace:
             if i in donated and i not in used and o < len(descs):
                 b, d = inputs[i], descs[o]
-                if (b.shape == tuple(d.shape) and b.dtype == d.dtype and b.is_contiguous
+                if (d.shape is not None and b.shape == tuple(d.shape) and b.dtype == d.dtype and b.is_contiguous
                         and b.base is None and b.offset == 0):
                     aliases[o] = b
                     used.add(i)
