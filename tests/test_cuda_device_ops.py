@@ -1,22 +1,26 @@
 """The kernel families' ops on the CUDA device, through the public functional API, against cpu0.
 
 ``cudahost0`` (``tests/devices/cuda_host.py``) is the CUDA device's code over the host backend:
-every op below runs the family's launch plan (``kernels/<family>.py``'s ``PLANS``) through the
+every op below runs its family's launch plan (``kernels/<family>.py``'s ``PLANS``) through the
 device's one executor, ``cuda/launch/plans.py``'s ``run_plan`` -- the pool's outputs and
 workspace, the checks' words, the kernels built with g++ and launched with the plan's grid,
 block and arguments -- and its result is compared with the CPU device's:
 
-* the executor itself on hand-made plans (every kind of step, checks with one and two
-  parameters, a readback, a ``Buf`` outside its buffer, an in-place alias) and the registration
-  of every family's table;
-* per family (``conv``, ``pool``, ``norm``...): the functional ops, forward and, where the op has
-  a gradient, backward through ``GradManager``; bit for bit where the kernels compute in the
-  CPU's order, else within the family's ``DIFFERENCES`` tolerance;
-* a small conv net's training step.
+* the executor itself on hand-made plans: every kind of step, checks of one and two parameters,
+  a readback and the outputs it sizes, a ``Buf`` outside its buffer, an in-place alias; the
+  registration of every family's table (explicit launchers win; ``STRIDED`` ops take views);
+* per family (``CASES``: reduce, softmax, relayout, indexing, norm, conv, pool): the functional
+  ops, forward and, where the op has a gradient, backward through ``GradManager`` -- bit for bit
+  where the kernels compute in the CPU's order (extrema, sorts, copies, indexing, max pooling),
+  else within float32 rounding (sums in a tree, GEMMs);
+* the checks' errors: a label or an index out of range, a distribution's parameter -- the CPU
+  device's exception and message, at the call (async level 0) or the next read (level 2);
+* random numbers by their properties (the generator is the device's own), every optimizer's
+  fused update in place, and a small conv net's training step.
 
 Without g++ the tests are skipped with the reason, except under ``CI``.  Host compute is off, so
-every op runs the device's kernels.  Each family's kernels are built once per process (the
-host backend's build cache): the first test of a family pays its g++ runs.
+every op runs the device's kernels.  Each family's kernels are built once per process (the host
+backend's build cache): the first test of a family pays its g++ runs (about 0.3 s each).
 """
 import os
 
@@ -56,6 +60,15 @@ def cuda():
     set_option("enable_host_compute", 0)
     yield dev
     set_option("enable_host_compute", saved)
+
+
+@pytest.fixture(params=[2, 0], ids=["async2", "async0"])
+def level(request):
+    """The channel's async level: 2 reports a kernel's error at the next read, 0 at the call."""
+    old = mge.config.async_level
+    mge.config.async_level = request.param
+    yield request.param
+    mge.config.async_level = old
 
 
 def on(d, a):
@@ -430,14 +443,14 @@ def test_family_ops_match_the_cpu(cuda, fam, name, fn, ops, tol):
             np.testing.assert_allclose(g, r, rtol=tol[0], atol=tol[1])
 
 
-def test_a_label_out_of_range_raises_the_cpus_index_error_at_the_next_sync(cuda):
-    """``SoftmaxCrossEntropy``'s check: the CPU device's IndexError (its message), reported at the
-    next read; the device goes on."""
+def test_a_label_out_of_range_raises_the_cpus_index_error_at_the_next_sync(cuda, level):
+    """``SoftmaxCrossEntropy``'s check: the CPU device's IndexError (its message), at the call
+    (async level 0) or the next read (2); the device goes on."""
     errors = []
     for d in (DEV, "cpu0"):
-        loss = F.nn.cross_entropy(on(d, np.zeros((3, 4), "float32")), _i32(d, [0, 5, 1]))
+        logits, label = on(d, np.zeros((3, 4), "float32")), _i32(d, [0, 5, 1])
         with pytest.raises((IndexError, AsyncError)) as info:
-            loss.numpy()
+            F.nn.cross_entropy(logits, label).numpy()
         err = info.value if isinstance(info.value, IndexError) else info.value.__cause__
         assert isinstance(err, IndexError)
         errors.append(str(err))
@@ -446,7 +459,7 @@ def test_a_label_out_of_range_raises_the_cpus_index_error_at_the_next_sync(cuda)
 
 
 @pytest.mark.parametrize("case", ["advanced", "gather"])
-def test_an_index_out_of_range_raises_the_cpus_index_error(cuda, case):
+def test_an_index_out_of_range_raises_the_cpus_index_error(cuda, level, case):
     """The indexing kernels' check: the CPU device's IndexError with its message."""
     errors = []
     for d in (DEV, "cpu0"):
