@@ -443,6 +443,39 @@ def test_family_ops_match_the_cpu(cuda, fam, name, fn, ops, tol):
             np.testing.assert_allclose(g, r, rtol=tol[0], atol=tol[1])
 
 
+def _h(d, a):
+    return mge.tensor(a, dtype="float16", device=d)
+
+
+# (case id, fn(device) -> tensors, needs float16): float16 computes in float, float64 in double,
+# integers exactly, as the CPU kernels do (bit for bit at these sizes)
+DTYPE_CASES = [
+    ("float16_reduce_softmax_sort", lambda d: [F.sum(_h(d, X), axis=1), F.max(_h(d, X), axis=2),
+                                               F.softmax(_h(d, X), axis=1)]
+     + list(F.argsort(_h(d, X.reshape(20, 6)))), True),
+    ("float16_conv_pool_norm", lambda d: [
+        F.conv2d(_h(d, IMG), _h(d, WEIGHT)), F.max_pool2d(_h(d, IMG), 2),
+        F.avg_pool2d(_h(d, IMG), 2), F.layer_norm(_h(d, IMG), (8, 8), False)], True),
+    ("float64", lambda d: [F.softmax(on(d, X.astype("float64")), axis=0),
+                           F.mean(on(d, X.astype("float64")), axis=2)], False),
+    ("integers", lambda d: [F.max(on(d, (X * 10).astype("int32")), axis=0),
+                            F.sum(on(d, (abs(X) * 10).astype("uint8")), axis=0),
+                            F.sum(on(d, X > 0), axis=0)], False),
+]
+
+
+@pytest.mark.parametrize("name,fn,half", DTYPE_CASES, ids=[c[0] for c in DTYPE_CASES])
+def test_other_dtypes_match_the_cpu(cuda, name, fn, half):
+    if half and not hostbuild.have_float16():
+        _missing("float16 kernels need g++ 12+ (_Float16) for the host build")
+    got, ref = both(fn)
+    for g, r in zip(got, ref):
+        if g.dtype == np.float64:
+            np.testing.assert_allclose(g, r, rtol=1e-14, atol=1e-15)
+        else:
+            np.testing.assert_array_equal(g, r)
+
+
 def test_a_label_out_of_range_raises_the_cpus_index_error_at_the_next_sync(cuda, level):
     """``SoftmaxCrossEntropy``'s check: the CPU device's IndexError (its message), at the call
     (async level 0) or the next read (2); the device goes on."""
