@@ -345,6 +345,9 @@ CASES = {
         ("topk", lambda d: list(F.topk(on(d, X.reshape(20, 6)), 3)), {"TopK"}, 0),
         ("sum_backward", lambda d: _grads(d, lambda a: F.sum(a, axis=(1, 3)), IMG), {"Reduce"},
          (1e-5, 1e-5)),
+        ("cumsum", lambda d: [F.cumsum(on(d, X), axis=1),
+                              F.cumsum(_i32(d, np.arange(60).reshape(3, 4, 5)), axis=2)],
+         {"CumSum"}, (1e-6, 1e-6)),
     ],
     "softmax": [
         ("softmax", lambda d: [F.softmax(on(d, X), axis=1)], {"Softmax"}, (1e-6, 1e-7)),
@@ -391,6 +394,9 @@ CASES = {
             on(d, X.reshape(20, 6)), _i32(d, np.arange(20) % 6), 1)], {"IndexingOneHot"}, 0),
         ("where", lambda d: [F.where(on(d, X) > 0, on(d, X), on(d, X) * 0.1)], {"Where"}, 0),
         ("cond_take", lambda d: list(F.cond_take(on(d, X) > 0, on(d, X))), {"CondTake"}, 0),
+        ("mask_get", lambda d: [on(d, X)[on(d, X) > 0.5]], {"IndexingMultiAxisVec"}, 0),
+        ("mask_set", lambda d: [_setitem(on(d, X) + 0, on(d, X) < 0, 0.0)],
+         {"IndexingSetMultiAxisVec"}, 0),
     ],
     "norm": [
         ("batch_norm", lambda d: _grads(d, lambda a, w, b: _bn(d, a, w, b), IMG, 1.5 * _C,

@@ -269,7 +269,8 @@ class HostBackend(Backend):
         argtypes, cargs = [], []
         for p, v in zip(params, values):
             if p.kind == "pointer":
-                self.check_range(int(v), 0, f"{name}: argument {p.decl!r}")
+                if int(v) != 0:  # (NULL: an argument the kernel does not use, as on a GPU)
+                    self.check_range(int(v), 0, f"{name}: argument {p.decl!r}")
                 argtypes.append(ctypes.c_void_p)
                 cargs.append(int(v))
             elif p.kind == "scalar":
