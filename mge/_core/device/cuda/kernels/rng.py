@@ -1,5 +1,5 @@
-"""CUDA C for the random number ops (``UniformRNG``, ``GaussianRNG``, ``GammaRNG``, ``BetaRNG``)
-and ``Dropout``/``DropoutBackward``, with their launch plans (``launch.py``'s one format).
+"""CUDA C for the random number ops (``UniformRNG``, ``GaussianRNG``, ``GammaRNG``, ``BetaRNG``,
+``PoissonRNG``, ``PermutationRNG``, ``ShuffleRNG``) and ``Dropout``/``DropoutBackward``, with their launch plans (``launch.py``'s one format).
 
 **The generator** is Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as
 easy as 1, 2, 3", SC'11; the Random123 library): a bijection of a 128-bit counter under a 64-bit
@@ -55,16 +55,34 @@ kernel's order (shape before scale, alpha before beta), raise the CPU kernel's
 ``ValueError("GammaRNG: shape must be positive")`` (``scale``, ``BetaRNG: alpha``, ``beta``)
 for the first one set, as the CPU kernel raises for the first parameter it finds bad.
 
-Not done: ``PoissonRNG``, ``PermutationRNG`` (random keys + sort), ``ShuffleRNG``; the CUDA
-device has no kernel for them yet (``NOT_DONE``).  Values differ from the CPU device's: see
-``DIFFERENCES``.
+**PoissonRNG** is per element too: Knuth's product of uniforms for ``lam < 10`` (32-bit uniforms
+in (0, 1), four per draw ``sub = 0, 1, ...``), Hormann's transformed rejection with squeeze
+(PTRS, 1993) from 10 on (attempt ``k`` takes its ``U`` and ``V`` from draw ``sub = k``) -- numpy's
+two methods and threshold.  Two ``Check``s: a negative or NaN ``lam`` raises the CPU kernel's
+``ValueError("PoissonRNG: lam must be non-negative")``, one above numpy's ``POISSON_LAM_MAX``
+(infinity too) numpy's ``ValueError("lam value too large")``.
+
+**PermutationRNG** and **ShuffleRNG** sort random keys: element ``i`` gets the 64-bit key of
+words ``x, y`` of its draw 0, and a bitonic network sorts (key, index) pairs -- a total order
+(ties by index), so the permutation is a function of the seed and stream alone, never of the
+launch.  The length is padded to a power of two ``m`` with the largest key; tiles of
+``SORT_TILE`` (1024) sort in shared memory (``mge_perm_tile_k``: the whole first stages, and the
+``j < 1024`` steps of each later stage), the larger steps are global launches
+(``mge_perm_step_k``): any length, ``O(log^2 m)`` launches.  The sorted indices are the
+permutation (``op.dtype``, numpy's ``astype``), and ``ShuffleRNG`` gathers ``x``'s rows by them
+(words of the largest size dividing a row's bytes) and outputs them as int32.  The workspace
+holds ``16 * m`` bytes.
+
+Values differ from the CPU device's: see ``DIFFERENCES``.
 """
 import functools
 
 import numpy as np
 
 from ....ops.nn import Dropout, DropoutBackward
-from ....ops.rng import BetaRNG, GammaRNG, GaussianRNG, UniformRNG
+from ....ops.rng import (
+    BetaRNG, GammaRNG, GaussianRNG, PermutationRNG, PoissonRNG, ShuffleRNG, UniformRNG,
+)
 from .elemwise import KernelSource
 from .launch import Buf, Check, Launch, Plan, Workspace, grid_for
 from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, _rule
@@ -72,15 +90,17 @@ from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, _rule
 __all__ = ["PHILOX_M", "PHILOX_W", "NTHREADS", "NOT_DONE", "DIFFERENCES", "philox_kernel",
            "uniform_kernel", "gaussian_kernel", "gamma_kernel", "beta_kernel", "dropout_kernel",
            "dropout_backward_kernel", "uniform_plan", "gaussian_plan", "gamma_plan", "beta_plan",
-           "dropout_plan", "dropout_backward_plan", "group_size", "PLANS", "STRIDED"]
+           "dropout_plan", "dropout_backward_plan", "group_size", "PLANS", "STRIDED",
+           "POISSON_LAM_MAX", "SORT_TILE", "poisson_kernel", "sort_kernels", "perm_out_kernel",
+           "gather_rows_kernel", "poisson_plan", "permutation_plan", "shuffle_plan"]
 
 #: Philox4x32's multipliers and Weyl key increments (Random123's PHILOX_M4x32_*, PHILOX_W32_*).
 PHILOX_M = (0xD2511F53, 0xCD9E8D57)
 PHILOX_W = (0x9E3779B9, 0xBB67AE85)
 #: Threads per block of the grid-stride kernels.
 NTHREADS = 256
-#: The RNG ops the CUDA device has no kernel for yet.
-NOT_DONE = ("PoissonRNG", "PermutationRNG", "ShuffleRNG")
+#: The RNG ops the CUDA device has no kernel for yet: none.
+NOT_DONE = ()
 
 DIFFERENCES = """\
 * The CPU device draws from numpy's PCG64 generator, the CUDA device from Philox4x32-10: the
@@ -92,6 +112,9 @@ DIFFERENCES = """\
   for small shapes and for Beta): the same distributions, other samples.  A non-positive
   parameter makes the element NaN and sets its flag, from which the device raises the CPU
   kernel's ValueError (same message) after the launch.
+* Poisson samples use numpy's methods (Knuth below 10, PTRS above) on Philox uniforms: the same
+  distribution, other samples.  Permutations (and shuffles) are those of sorted Philox keys:
+  uniformly random, reproducible per seed, different from numpy's Fisher-Yates on PCG64.
 """
 
 _F16, _F32, _F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
@@ -274,6 +297,129 @@ MGE_FN void mge_dropout_backward(const TS* dy, const bool* mask, TS* dx, long lo
     typedef decltype(sc) T;
     MGE_GRID_LOOP(i, n) {
         mge_stf(dx, i, ((T)mge_ldf(dy, i) * (T)(mask[i] ? 1 : 0)) * sc);
+    }
+}
+/* PoissonRNG: Knuth's product of uniforms below 10 (32-bit uniforms in (0, 1), four per draw
+   sub = 0, 1, ...), Hormann's PTRS (1993) from 10 on (attempt k: U and V, 53 bits each, from
+   draw sub = k) -- numpy's two methods and threshold.  A negative or NaN lam sets *bad, one above
+   POISSON_LAM_MAX (numpy's limit, infinity included) *big; the element is NaN then. */
+MGE_FN double mge_poisson_sample(double lam, unsigned long long seed, unsigned stream,
+                                 long long g) {
+    if (lam == 0) return 0;
+    if (lam < 10) {
+        double limit = mge_exp(-lam), prod = 1;
+        long long k = 0;
+        for (unsigned sub = 0; sub < 4096; ++sub) {
+            mge_u4 w = mge_philox_at(seed, stream, g, sub);
+            unsigned v[4] = {w.x, w.y, w.z, w.w};
+            for (int j = 0; j < 4; ++j) {
+                prod *= ((double)v[j] + 0.5) * 2.3283064365386963e-10;
+                if (prod <= limit) return (double)k;
+                ++k;
+            }
+        }
+        return (double)k;
+    }
+    double slam = mge_sqrt(lam), loglam = mge_log(lam);
+    double b = 0.931 + 2.53 * slam, a = -0.059 + 0.02483 * b;
+    double invalpha = 1.1239 + 1.1328 / (b - 3.4), vr = 0.9277 - 3.6224 / (b - 2);
+    for (unsigned sub = 0; sub < (1u << 20); ++sub) {
+        mge_u4 w = mge_philox_at(seed, stream, g, sub);
+        double U = mge_u01d(w.x, w.y) - 0.5, V = mge_u01d(w.z, w.w);
+        double us = 0.5 - mge_fabs(U);
+        double k = mge_floor((2 * a / us + b) * U + lam + 0.43);
+        if (us >= 0.07 && V <= vr) return k;
+        if (k < 0 || (us < 0.013 && V > us)) continue;
+        if (mge_log(V) + mge_log(invalpha) - mge_log(a / (us * us) + b) <=
+            -lam + k * loglam - lgamma(k + 1))
+            return k;
+    }
+    return mge_qnan<double>();
+}
+template <class TS>
+MGE_FN void mge_poisson(const TS* lam, TS* out, int* bad, int* big, long long n,
+                        unsigned long long seed, unsigned stream, double lam_max) {
+    MGE_GRID_LOOP(i, n) {
+        double l = (double)mge_ldf(lam, i);
+        if (!(l >= 0)) { *bad = 1; mge_stf(out, i, mge_qnan<double>()); continue; }
+        if (!(l <= lam_max)) { *big = 1; mge_stf(out, i, mge_qnan<double>()); continue; }
+        mge_stf(out, i, mge_poisson_sample(l, seed, stream, i));
+    }
+}
+/* PermutationRNG / ShuffleRNG: 64-bit Philox keys (words x, y of element i's draw 0) sorted
+   with their indices (a total order: ties go by index) by a bitonic network over the length
+   padded to a power of two m (padding: the largest key, indices >= n, so it sorts last). */
+MGE_FN bool mge_key_gt(unsigned long long ka, long long ia, unsigned long long kb, long long ib) {
+    return ka > kb || (ka == kb && ia > ib);
+}
+MGE_FN void mge_perm_keys(unsigned long long* keys, long long* idx, long long n, long long m,
+                          unsigned long long seed, unsigned stream) {
+    MGE_GRID_LOOP(i, m) {
+        unsigned long long key = ~0ull;
+        if (i < n) {
+            mge_u4 w = mge_philox_at(seed, stream, i, 0);
+            key = ((unsigned long long)w.x << 32) | w.y;
+        }
+        keys[i] = key;
+        idx[i] = i;
+    }
+}
+/* one global compare-exchange step (k, j) of the network: thread t < m / 2 takes the pair
+   (i, i + j), ascending where bit k of i is clear */
+MGE_FN void mge_bitonic_step(unsigned long long* keys, long long* idx, long long m, long long k,
+                             long long j) {
+    MGE_GRID_LOOP(t, m / 2) {
+        long long i = (t / j) * 2 * j + t % j, l = i + j;
+        bool asc = (i & k) == 0;
+        if (mge_key_gt(keys[i], idx[i], keys[l], idx[l]) == asc) {
+            unsigned long long tk = keys[i]; keys[i] = keys[l]; keys[l] = tk;
+            long long ti = idx[i]; idx[i] = idx[l]; idx[l] = ti;
+        }
+    }
+}
+/* the steps with j < T of a tile of T = 2 * blockDim.x elements, in shared memory: every k from
+   2 to T (k0 == 0: the tiles' first sort) or the steps j = T/2 ... 1 of one k0 > T */
+MGE_BLOCK_FN void mge_bitonic_tile(unsigned long long* keys, long long* idx, long long m,
+                                   long long k0) {
+    MGE_SHARED unsigned long long sk[1024];
+    MGE_SHARED long long si[1024];
+    MGE_FOR_BLOCKS {
+        const long long T = 2 * (long long)blockDim.x;
+        for (long long base = (long long)blockIdx.x * T; base < m; base += T * gridDim.x) {
+            MGE_THREADS { MGE_THREAD_IDS
+                sk[tid] = keys[base + tid]; si[tid] = idx[base + tid];
+                sk[tid + T / 2] = keys[base + tid + T / 2];
+                si[tid + T / 2] = idx[base + tid + T / 2];
+            }
+            MGE_SYNC
+            for (long long k = k0 ? k0 : 2; k <= (k0 ? k0 : T); k *= 2) {
+                for (long long j = (k0 ? T : k) / 2; j > 0; j /= 2) {
+                    MGE_THREADS { MGE_THREAD_IDS
+                        long long i = ((long long)tid / j) * 2 * j + tid % j, l = i + j;
+                        bool asc = ((base + i) & k) == 0;
+                        if (mge_key_gt(sk[i], si[i], sk[l], si[l]) == asc) {
+                            unsigned long long tk = sk[i]; sk[i] = sk[l]; sk[l] = tk;
+                            long long ti = si[i]; si[i] = si[l]; si[l] = ti;
+                        }
+                    }
+                    MGE_SYNC
+                }
+            }
+            MGE_THREADS { MGE_THREAD_IDS
+                keys[base + tid] = sk[tid]; idx[base + tid] = si[tid];
+                keys[base + tid + T / 2] = sk[tid + T / 2];
+                idx[base + tid + T / 2] = si[tid + T / 2];
+            }
+            MGE_SYNC
+        }
+    }
+}
+/* rows of x gathered by the sorted indices: out row r = x row idx[r] (W-byte words, R a row) */
+template <class W>
+MGE_FN void mge_gather_rows(const W* x, W* out, const long long* idx, long long n, long long R) {
+    MGE_GRID_LOOP(e, n * R) {
+        long long r = e / R;
+        out[e] = x[idx[r] * R + (e - r * R)];
     }
 }
 #endif /* MGE_RNG_TEMPLATES */
@@ -498,10 +644,179 @@ def dropout_backward_plan(op, ins, outs, *, grid=None, block=None):
                   np.float64(1 / (1 - op.drop_prob))), grid, block)
 
 
+# -- PoissonRNG, PermutationRNG, ShuffleRNG -------------------------------------------------------
+
+#: numpy's largest Poisson rate (``POISSON_LAM_MAX``): a larger ``lam`` raises its ValueError.
+POISSON_LAM_MAX = float(np.iinfo(np.int64).max - np.sqrt(np.iinfo(np.int64).max) * 10)
+#: Elements of a shared-memory tile of the permutation's bitonic sort (two per thread).
+SORT_TILE = 1024
+
+_INT_CODES = {np.dtype(d): (f"{np.dtype(d).kind}{8 * np.dtype(d).itemsize}", c) for d, c in (
+    ("int8", "signed char"), ("uint8", "unsigned char"), ("int16", "short"),
+    ("uint16", "unsigned short"), ("int32", "int"), ("uint32", "unsigned"),
+    ("int64", "long long"), ("uint64", "unsigned long long"))}
+_WORDS = {1: "unsigned char", 2: "unsigned short", 4: "unsigned", 8: "unsigned long long"}
+
+
+def poisson_kernel(dtype):
+    """The ``PoissonRNG`` kernel of ``dtype``: ``(lam, out, bad, big, n, seed, stream,
+    lam_max)``."""
+    return _poisson_kernel(_float_dtype("PoissonRNG", dtype))
+
+
+@functools.lru_cache(maxsize=None)
+def _poisson_kernel(d):
+    s = _STORAGE[d]
+    return _entry(f"mge_rng_poisson_{_CODE[d]}",
+                  [f"const {s}* lam", f"{s}* out", "int* bad", "int* big", "long long n",
+                   "unsigned long long seed", "unsigned stream", "double lam_max"],
+                  f"mge_poisson<{s}>(lam, out, bad, big, n, seed, stream, lam_max);")
+
+
+def sort_kernels():
+    """The permutation's kernels ``(keys, step, tile)``: ``keys(keys, idx, n, m, seed,
+    stream)`` (m the padded power of two), the global compare-exchange ``step(keys, idx, m, k,
+    j)`` and the shared-memory ``tile(keys, idx, m, k0)`` (blocks of up to 512 threads)."""
+    return _sort_kernels()
+
+
+@functools.lru_cache(maxsize=None)
+def _sort_kernels():
+    arrays = ["unsigned long long* keys", "long long* idx"]
+    return (_entry("mge_perm_keys_k", arrays + ["long long n", "long long m",
+                                                "unsigned long long seed", "unsigned stream"],
+                   "mge_perm_keys(keys, idx, n, m, seed, stream);"),
+            _entry("mge_perm_step_k", arrays + ["long long m", "long long k", "long long j"],
+                   "mge_bitonic_step(keys, idx, m, k, j);"),
+            _entry("mge_perm_tile_k", arrays + ["long long m", "long long k0"],
+                   "mge_bitonic_tile(keys, idx, m, k0);"))
+
+
+def perm_out_kernel(dtype):
+    """The kernel writing the sorted indices as ``dtype`` (an integer or float dtype: numpy's
+    ``astype`` of the int64 permutation): ``(idx, out, n)``."""
+    d = np.dtype(dtype)
+    if d not in _INT_CODES and d not in _CODE:
+        raise TypeError(f"CUDA PermutationRNG kernel: unsupported dtype {d} (these kernels take "
+                        f"integer, float16, float32 and float64 outputs)")
+    return _perm_out_kernel(d)
+
+
+@functools.lru_cache(maxsize=None)
+def _perm_out_kernel(d):
+    if d in _INT_CODES:
+        code, ctype = _INT_CODES[d]
+        store = f"out[i] = ({ctype})idx[i];"
+    else:
+        code, ctype = _CODE[d], _STORAGE[d]
+        store = "mge_stf(out, i, (double)idx[i]);"
+    return _entry(f"mge_perm_out_{code}", ["const long long* idx", f"{ctype}* out",
+                                           "long long n"],
+                  f"MGE_GRID_LOOP(i, n) {{ {store} }}")
+
+
+def gather_rows_kernel(word):
+    """The kernel gathering rows of ``word``-byte words (1, 2, 4 or 8): ``(x, out, idx, n,
+    R)``, out row r = x row idx[r], ``R`` words a row."""
+    return _gather_rows_kernel(int(word))
+
+
+@functools.lru_cache(maxsize=None)
+def _gather_rows_kernel(w):
+    t = _WORDS[w]
+    return _entry(f"mge_gather_rows_w{w}", [f"const {t}* x", f"{t}* out", "const long long* idx",
+                                            "long long n", "long long R"],
+                  f"mge_gather_rows<{t}>(x, out, idx, n, R);")
+
+
+def poisson_plan(op, ins, outs, *, stream=0, grid=None, block=None):
+    """The ``Plan`` of ``PoissonRNG`` on ``ins`` ``(lam,)``; its ``checks`` raise the CPU
+    kernel's ``ValueError`` for a negative (or NaN) lam and numpy's for one too large."""
+    (desc,) = _rule(op, ins, outs)
+    kernel = poisson_kernel(desc.dtype)
+    n = outs[0].size
+    seed, st = _key(op, stream)
+    ws = Workspace()
+    bad, big = ws.add(4), ws.add(4)
+    message = f"{op.name}: lam must be non-negative"
+    checks = (Check(bad, lambda value: ValueError(message)),
+              Check(big, lambda value: ValueError("lam value too large")))
+    return _plan(kernel, n, (Buf("in0"), Buf("out0"), bad, big, np.int64(n), seed, st,
+                             np.float64(POISSON_LAM_MAX)),
+                 grid, block, ws.size if n else 0, checks if n else ())
+
+
+def _sort_steps(n, seed, st, ws):
+    """The launches sorting ``n`` Philox keys with their indices; the ``Buf`` of the indices."""
+    m = 1 << max(0, (n - 1).bit_length())
+    keys, idx = ws.add(8 * m), ws.add(8 * m)
+    keys_k, step_k, tile_k = sort_kernels()
+    steps = [Launch(keys_k, grid_for(m, NTHREADS), (NTHREADS,),
+                    (keys, idx, np.int64(n), np.int64(m), seed, st))]
+    if m >= 2:
+        tile = min(SORT_TILE, m)
+        tgrid = (max(1, min(65535, m // tile)),)
+        tblock = (tile // 2,)
+        steps.append(Launch(tile_k, tgrid, tblock, (keys, idx, np.int64(m), np.int64(0))))
+        k = 2 * tile
+        while k <= m:
+            j = k // 2
+            while j >= tile:
+                steps.append(Launch(step_k, grid_for(m // 2, NTHREADS), (NTHREADS,),
+                                    (keys, idx, np.int64(m), np.int64(k), np.int64(j))))
+                j //= 2
+            steps.append(Launch(tile_k, tgrid, tblock, (keys, idx, np.int64(m), np.int64(k))))
+            k *= 2
+    return steps, idx
+
+
+def permutation_plan(op, ins, outs, *, stream=0):
+    """The ``Plan`` of ``PermutationRNG``: ``op.n`` random 64-bit keys from Philox (element
+    ``i``'s draw 0 under the op's seed), sorted with their indices by a bitonic network (tiles of
+    ``SORT_TILE`` in shared memory, global steps between), the indices written as ``op.dtype``.
+    The permutation depends on the seed (and ``stream``) only."""
+    (desc,) = _rule(op, ins, outs)
+    out_k = perm_out_kernel(desc.dtype)
+    n = int(op.n)
+    seed, st = _key(op, stream)
+    if n == 0:
+        return Plan((), notes=("empty permutation",))
+    ws = Workspace()
+    steps, idx = _sort_steps(n, seed, st, ws)
+    steps.append(Launch(out_k, grid_for(n, NTHREADS), (NTHREADS,),
+                        (idx, Buf("out0"), np.int64(n))))
+    return Plan(tuple(steps), ws.size, notes=(f"{len(steps) - 2} sort launches",))
+
+
+def shuffle_plan(op, ins, outs, *, stream=0):
+    """The ``Plan`` of ``ShuffleRNG`` on ``ins`` ``(x,)``: the permutation of ``x.shape[0]``
+    (``permutation_plan``'s, so the same seed gives the same order), ``out0`` = x's rows in that
+    order (moved as words of the largest size dividing the row's bytes), ``out1`` its int32
+    indices."""
+    _rule(op, ins, outs)
+    x = ins[0]
+    n = x.shape[0]
+    seed, st = _key(op, stream)
+    if n == 0:
+        return Plan((), notes=("nothing to shuffle",))
+    row_bytes = (x.size // n) * x.dtype.itemsize
+    ws = Workspace()
+    steps, idx = _sort_steps(n, seed, st, ws)
+    steps.append(Launch(perm_out_kernel(np.int32), grid_for(n, NTHREADS), (NTHREADS,),
+                        (idx, Buf("out1"), np.int64(n))))
+    if row_bytes:
+        w = next(w for w in (8, 4, 2, 1) if row_bytes % w == 0)
+        r = row_bytes // w
+        steps.append(Launch(gather_rows_kernel(w), grid_for(n * r, NTHREADS), (NTHREADS,),
+                            (Buf("in0"), Buf("out0"), idx, np.int64(n), np.int64(r))))
+    return Plan(tuple(steps), ws.size)
+
+
 #: The plan of each op this module has kernels for (the CUDA device's table):
 #: ``PLANS[type(op)](op, ins, outs)``.
 PLANS = {UniformRNG: uniform_plan, GaussianRNG: gaussian_plan, GammaRNG: gamma_plan,
-         BetaRNG: beta_plan, Dropout: dropout_plan, DropoutBackward: dropout_backward_plan}
+         BetaRNG: beta_plan, Dropout: dropout_plan, DropoutBackward: dropout_backward_plan,
+         PoissonRNG: poisson_plan, PermutationRNG: permutation_plan, ShuffleRNG: shuffle_plan}
 
 #: The ops whose plans read ``ins[k].strides``: none (see the module docstring).
 STRIDED = frozenset()
