@@ -44,7 +44,9 @@ from mge._core.ops.nn_norm import BatchNorm, BatchNormBackward, LayerNorm, Layer
 from mge._core.ops.optimizer import (
     AdadeltaUpdate, AdagradUpdate, AdamUpdate, RMSpropUpdate, SGDUpdate,
 )
-from mge._core.ops.rng import BetaRNG, GammaRNG, GaussianRNG, UniformRNG
+from mge._core.ops.rng import (
+    BetaRNG, GammaRNG, GaussianRNG, PermutationRNG, PoissonRNG, ShuffleRNG, UniformRNG,
+)
 from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
     fast_options, missing as _missing, nvrtc_ready, old_arch)
 
@@ -269,7 +271,7 @@ def host():
 def test_plans_cover_every_op_of_the_family_and_say_what_they_read():
     assert set(nk.PLANS) == {BatchNorm, BatchNormBackward, LayerNorm, LayerNormBackward}
     assert set(rk.PLANS) == {UniformRNG, GaussianRNG, GammaRNG, BetaRNG, Dropout,
-                             DropoutBackward}
+                             DropoutBackward, PoissonRNG, PermutationRNG, ShuffleRNG}
     assert set(ok.PLANS) == set(ok.OPTIMIZER_OPS) == set(ok.INPLACE)
     for module in (nk, rk, ok):
         assert isinstance(module.STRIDED, frozenset) and module.STRIDED <= set(module.PLANS)

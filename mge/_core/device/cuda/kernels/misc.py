@@ -60,7 +60,7 @@ from .launch import Buf, Check, Launch, Memset, Plan, Readback, Workspace, grid_
 from .norm import _PRELUDE_PARTS, _rule
 from .relayout import copy_launch
 
-__all__ = ["NTHREADS", "DOT_BLOCKS", "MAX_MATINV", "NOT_DONE", "DIFFERENCES", "one_hot_kernel",
+__all__ = ["NTHREADS", "DOT_BLOCKS", "MAX_MATINV", "NVRTC_OPTIONS", "NOT_DONE", "DIFFERENCES", "one_hot_kernel",
            "dot_kernels", "check_non_finite_kernel", "assert_equal_kernel", "matinv_kernel",
            "one_hot_plan", "dot_plan", "check_non_finite_plan", "assert_equal_plan",
            "matinv_plan", "PLANS", "STRIDED"]
@@ -71,6 +71,8 @@ NTHREADS = 256
 DOT_BLOCKS = 256
 #: The largest matrix ``MatInv``'s kernel inverts (``n x n`` in shared memory).
 MAX_MATINV = 64
+#: NVRTC flags (elemwise.py's: no contraction into fused multiply-adds).
+NVRTC_OPTIONS = ("--fmad=false",)
 #: The ops of this group the CUDA device has no kernel for.
 NOT_DONE = ("SVD",)
 

@@ -1,5 +1,6 @@
 """CUDA C for the random number ops (``UniformRNG``, ``GaussianRNG``, ``GammaRNG``, ``BetaRNG``,
-``PoissonRNG``, ``PermutationRNG``, ``ShuffleRNG``) and ``Dropout``/``DropoutBackward``, with their launch plans (``launch.py``'s one format).
+``PoissonRNG``, ``PermutationRNG``, ``ShuffleRNG``) and ``Dropout``/``DropoutBackward``, with
+their launch plans (``launch.py``'s one format).
 
 **The generator** is Philox4x32-10 (Salmon, Moraes, Dror, Shaw: "Parallel random numbers: as
 easy as 1, 2, 3", SC'11; the Random123 library): a bijection of a 128-bit counter under a 64-bit
