@@ -1,0 +1,168 @@
+"""The small ops of ``kernels/misc.py`` and the new RNG ops of ``kernels/rng.py`` on the CUDA
+device (``cudahost0``: the device's code over the host backend), through the public API, against
+``cpu0``: ``F.one_hot``, ``F.dot``, ``F.matinv``, the grad scaler's ``check_non_finite``,
+``F.utils._assert_equal`` and ``mge.random.poisson``/``permutation``/``shuffle`` -- each checked
+to have run on the device (``ran``), errors with the CPU device's exceptions and messages at
+async levels 0 and 2, and ``SVD`` still refused with a ``NotImplementedError``.
+
+Without g++ the tests are skipped with the reason, except under ``CI``.  Host compute is off, so
+every op runs the device's kernels.
+"""
+import os
+
+import numpy as np
+import pytest
+
+import mge
+import mge.functional as F
+from mge.amp.check_non_finite import check_non_finite
+from mge.core import AsyncError, get_option, set_option
+
+from devices import cuda_host
+from mge._core.device.cuda import hostbuild
+
+DEV = "cudahost0"
+
+
+def _missing(message):
+    if os.environ.get("CI"):
+        pytest.fail(message)
+    pytest.skip(message)
+
+
+@pytest.fixture(scope="module")
+def cuda():
+    """``cudahost0``'s ``CudaDevice``; host compute off (every op runs the device's kernels)."""
+    why = hostbuild.why_unavailable()
+    if why:
+        _missing(f"g++ is needed to run the CUDA kernels on the host: {why}")
+    dev = cuda_host.device(DEV)
+    saved = get_option("enable_host_compute")
+    set_option("enable_host_compute", 0)
+    yield dev
+    set_option("enable_host_compute", saved)
+
+
+@pytest.fixture(params=[2, 0], ids=["async2", "async0"])
+def level(request):
+    """The channel's async level: 2 reports a kernel's error at the next read, 0 at the call."""
+    old = mge.config.async_level
+    mge.config.async_level = request.param
+    yield request.param
+    mge.config.async_level = old
+
+
+def on(d, a):
+    """``a`` on device ``d`` with its own dtype."""
+    a = np.asarray(a)
+    return mge.tensor(a, dtype=a.dtype, device=d)
+
+
+def both(fn):
+    """``fn(device)`` on cudahost0 and cpu0: two lists of host arrays of equal dtypes/shapes."""
+    outs = list(fn(DEV))
+    assert all(o.device == DEV for o in outs)
+    got = [o.numpy() for o in outs]
+    ref = [o.numpy() for o in fn("cpu0")]
+    for g, r in zip(got, ref):
+        assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
+    return got, ref
+
+
+def ran(dev, fn):
+    """``fn()`` run, and the names of the op classes the device executed meanwhile."""
+    before = dict(dev.executed)
+    fn()
+    return {k.split(".")[0] for k, v in dev.executed.items() if v > before.get(k, 0)}
+
+
+def _raises(fn, exc):
+    """The message of ``exc`` raised by ``fn()`` (an ``AsyncError`` wrapping it counts)."""
+    try:
+        out = fn()
+        if out is not None:
+            out.numpy()
+    except AsyncError as e:
+        cause = e.__cause__ or getattr(e, "error", None)
+        assert isinstance(cause, exc), repr(e)
+        return str(cause)
+    except exc as e:
+        return str(e)
+    raise AssertionError(f"{exc.__name__} not raised")
+
+
+def test_one_hot_dot_and_matinv_run_on_the_device(cuda):
+    r = np.random.default_rng(0)
+    labels = r.integers(0, 6, (4, 5)).astype(np.int32)
+    a, b = r.standard_normal(1000).astype(np.float32), r.standard_normal(1000).astype(np.float32)
+    m = r.standard_normal((3, 8, 8)).astype(np.float32)
+    names = ran(cuda, lambda: [F.one_hot(on(DEV, labels), 6).numpy(),
+                               F.dot(on(DEV, a), on(DEV, b)).numpy(),
+                               F.matinv(on(DEV, m)).numpy()])
+    assert {"OneHot", "Dot", "MatInv"} <= names
+    got, ref = both(lambda d: [F.one_hot(on(d, labels), 6)])
+    np.testing.assert_array_equal(got[0], ref[0])
+    got, ref = both(lambda d: [F.dot(on(d, a), on(d, b)),
+                               F.dot(on(d, a.astype(np.int8)), on(d, b.astype(np.int8)))])
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-5, atol=1e-4)
+    np.testing.assert_array_equal(got[1], ref[1])
+    got, ref = both(lambda d: [F.matinv(on(d, m)), F.matinv(on(d, m.astype(np.float64)))])
+    np.testing.assert_allclose(got[0], ref[0], rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(got[1], ref[1], rtol=1e-10, atol=1e-10)
+
+
+def test_errors_are_the_cpu_devices(cuda, level):
+    labels = np.array([0, 7], np.int32)
+    sing = np.array([[1.0, 2.0], [2.0, 4.0]], np.float32)
+    for fn, exc in ((lambda d: F.one_hot(on(d, labels), 3), IndexError),
+                    (lambda d: F.matinv(on(d, sing)), ValueError),
+                    (lambda d: mge.random.RNG(seed=1, device=d).poisson(
+                        on(d, np.array([1.0, -2.0], np.float32))), ValueError)):
+        assert _raises(lambda: fn(DEV), exc) == _raises(lambda: fn("cpu0"), exc)
+
+
+def test_assert_equal_and_check_non_finite_run_on_the_device(cuda, capsys):
+    from mge._core.ops.misc import AssertEqualError
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    names = ran(cuda, lambda: F.utils._assert_equal(on(DEV, x), on(DEV, x + 1e-7)).numpy())
+    assert "AssertEqual" in names
+    msgs = [_raises(lambda: F.utils._assert_equal(on(d, x), on(d, x + 1), verbose=True),
+                    AssertEqualError) for d in (DEV, "cpu0")]
+    out = capsys.readouterr().out.splitlines()
+    assert msgs[0] == msgs[1] and len(out) == 2 and out[0] == out[1]
+    for bad in (False, True):
+        def step(d):
+            gs = [on(d, x), on(d, np.array([1.0, np.inf if bad else 2.0], np.float16))]
+            flag = check_non_finite(gs, 0.125)
+            return gs + [flag]
+        names = ran(cuda, lambda: [t.numpy() for t in step(DEV)])
+        assert "CheckNonFinite" in names
+        got, ref = both(step)
+        for g, r in zip(got, ref):
+            np.testing.assert_array_equal(g, r)
+        assert int(got[-1]) == int(bad)
+
+
+def test_random_permutations_poisson_and_shuffles_run_on_the_device(cuda):
+    g = mge.random.RNG(seed=3, device=DEV)
+    names = ran(cuda, lambda: [g.permutation(2000).numpy(), g.poisson(
+        on(DEV, np.full(5000, 20.0, np.float32))).numpy(),
+        g.permutation(on(DEV, np.arange(12.0).reshape(6, 2))).numpy()])
+    assert {"PermutationRNG", "PoissonRNG", "ShuffleRNG"} <= names
+    p = mge.random.RNG(seed=5, device=DEV).permutation(2000, dtype="int64").numpy()
+    assert p.dtype == np.int64 and sorted(p.tolist()) == list(range(2000))
+    again = mge.random.RNG(seed=5, device=DEV).permutation(2000, dtype="int64").numpy()
+    np.testing.assert_array_equal(p, again)
+    y = mge.random.RNG(seed=6, device=DEV).poisson(on(DEV, np.full(20000, 3.0, np.float32)))
+    y = y.numpy()
+    assert y.dtype == np.float32 and abs(y.mean() - 3) < 0.1 and abs(y.var() - 3) < 0.3
+    x = on(DEV, np.arange(30, dtype=np.int32).reshape(10, 3))
+    mge.random.shuffle(x)
+    v = x.numpy()
+    assert x.device == DEV and sorted(v[:, 0].tolist()) == list(range(0, 30, 3))
+    np.testing.assert_array_equal(v[:, 1:] - v[:, :1], np.tile([1, 2], (10, 1)))
+
+
+def test_svd_still_has_no_kernel(cuda):
+    msg = _raises(lambda: F.svd(on(DEV, np.eye(3, dtype=np.float32)))[1], NotImplementedError)
+    assert "SVD has no CUDA kernel" in msg
