@@ -88,6 +88,8 @@ DIFFERENCES = """\
   CTC recursions to the last bits of libm's and CUDA's exp/log1p).
 * NMSKeep with ``max_output < 1`` is refused at the plan (a ValueError); the CPU kernel fails on
   the assignment of its kept list instead.
+* ROIAlign's gradient with a negative batch index (within range) counts from the end, as the
+  forward does; the CPU kernel's gradient fails there (a ValueError of np.bincount).
 * An error found by a check (a RoI's batch index, a CTC label or length out of range) names the
   first bad element in row-major order, as numpy does for these one-array indexes.
 """
@@ -588,14 +590,14 @@ template <class P> MGE_FN void mge_det_ctc(P* loss, P* grad, const P* pred, cons
         }
         MGE_SYNC
         /* the chain of states of one class: nxt[s] the next state of ext[s]'s class (-1: none),
-           -2 - that for a class's first state */
+           -3 - that for a class's first state */
         MGE_THREADS { MGE_THREAD_IDS
             for (long long s = tid; s < L; s += blockDim.x) {
                 long long nx = -1;
                 for (long long r = s + 1; r < L; ++r) if (ext[r] == ext[s]) { nx = r; break; }
                 int first = 1;
                 for (long long r = 0; r < s; ++r) if (ext[r] == ext[s]) { first = 0; break; }
-                nxt[s] = first ? -2 - nx : nx;
+                nxt[s] = first ? -3 - nx : nx;
             }
             for (long long s = tid; s < L; s += blockDim.x) {
                 double p = mge_det_ld(pred, n * C + ext[s]);
@@ -662,7 +664,7 @@ template <class P> MGE_FN void mge_det_ctc(P* loss, P* grad, const P* pred, cons
                 for (long long s = tid; s < L; s += blockDim.x) {
                     if (nxt[s] > -2) continue;
                     double sum = 0.0;
-                    for (long long r = s; r >= 0; r = nxt[r] <= -2 ? -2 - nxt[r] : nxt[r])
+                    for (long long r = s; r >= 0; r = nxt[r] <= -2 ? -3 - nxt[r] : nxt[r])
                         sum += occ[r];
                     long long o = (t * N + n) * C + ext[s];
                     double p = mge_det_ld(pred, o);
