@@ -31,7 +31,7 @@ from mge._core.device.cuda.kernels.launch import Launch, Layout, Plan
 from mge._core.ops.base import INFER, TensorDesc
 from mge._core.ops.nn_extra import CTCLoss
 from mge._core.ops.vision import (
-    Correlation, NMSKeep, Resize, ROIAlign, ROIPooling, VisionBackward,
+    Correlation, NMSKeep, ROIAlign, ROIPooling, VisionBackward, WarpAffine,
 )
 from cuda_toolchain import (  # noqa: F401 (the fixtures are used by name)
     fast_options, missing as _missing, nvrtc_ready, old_arch, ptxas_ready)
@@ -283,9 +283,10 @@ def test_plans_refuse_what_they_cannot_run():
         _plan(NMSKeep(0.5, 0), [np.ones((1, 3, 4), F32)])
     with pytest.raises(TypeError, match="NMSKeep.*float16, float32 or float64"):
         _plan(NMSKeep(0.5, 2), [np.ones((1, 3, 4), np.int32)])
-    with pytest.raises(NotImplementedError, match="VisionBackward of Resize"):
-        op = VisionBackward(Resize("linear", "NCHW", (2, 2)), 0)
-        dk.PLANS[VisionBackward](op, _layouts([x.astype(F32), np.ones((1, 1, 2, 2), F32)]),
+    with pytest.raises(NotImplementedError, match="WarpAffine"):
+        op = VisionBackward(WarpAffine("linear", "constant", "NCHW", 0.0, (4, 4)), 0)
+        dk.PLANS[VisionBackward](op, _layouts([x.astype(F32), np.ones((1, 2, 3), F32),
+                                               np.ones((1, 1, 4, 4), F32)]),
                                  [Layout(x.shape, F32)])
     p, plen, lab, llen = _ctc_inputs(np.random.default_rng(0), 4, 2, 3, 1)
     with pytest.raises(TypeError, match="CTCLoss.*label"):

@@ -47,8 +47,8 @@ resize modes, the interpolation and border modes, a flag and the fill value.  In
 
 Not here (their plans raise ``NotImplementedError`` naming the op): the data gradients of the
 warps and of ``Remap`` and the matrix gradient of the warps (scatters: a gather formulation needs
-the inverse of the sampling map), and ``VisionBackward`` of ``ROIAlign``/``ROIPooling``/
-``Correlation``.
+the inverse of the sampling map); ``VisionBackward`` of ``ROIAlign``/``ROIPooling``/
+``Correlation`` is ``detection.py``'s plan (this module's plan hands those forward ops to it).
 
 ``STRIDED`` is empty: every input arrives dense.  Dtypes: ``Pad``, ``SlidingWindow`` and the
 channel copies of ``CvtColor`` take every dtype of ``SUPPORTED_DTYPES``; ``SlidingWindowTranspose``
@@ -1086,6 +1086,9 @@ def vision_backward_plan(op, ins, outs):
         n = ms[0] * ms[1] * ms[2]
         return _one(remap_map_grad_kernel(xd, md, gd), n,
                     (Buf("out0"), Buf("in0"), Buf("in1"), Buf("in2"), np.int64(n), g))
+    if type(f).__name__ in ("ROIAlign", "ROIPooling", "Correlation"):
+        from .detection import vision_backward_plan as detection_plan  # their gradients
+        return detection_plan(op, ins, outs)
     raise NotImplementedError(f"{op.name}: the gradient of input {index} of {f.name} has no "
                               f"CUDA kernel yet (only Resize/Resize3D's data gradient and "
                               f"Remap's map gradient run on the device)")
