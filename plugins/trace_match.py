@@ -29,9 +29,12 @@ if cython.compiled:
     from cython.cimports.mge._core.device.cpu.handoff_c import Handoff
     from cython.cimports.mge._core.cpython_gc import (PyObject_GC_IsTracked, PyObject_GC_Track,
                                                       PyObject_GC_UnTrack)
+    from cython.cimports.mge._core.cpython_new import get_slot, new_instance, set_slot, slot_offset
+    from cython.cimports.mge._core.dispatch_c import TopHook
 else:
     TensorInfo = _accel.load("mge._core.channel.handles").TensorInfo
     Handoff = _accel.load("mge._core.device.cpu.handoff").Handoff
+    TopHook = _accel.load("mge._core.dispatch").TopHook
 
 __all__ = ["Match"]
 
@@ -48,7 +51,12 @@ def _sole_refs():
 _SOLE = _sole_refs()
 
 _Tensor = mge.Tensor
+_Parameter = mge.Parameter
 _new = _Tensor.__new__  # (looked up once: a placeholder per op)
+# compiled: a Tensor's handle is read and written at its slot's offset (cpython_new.pxd), for
+# the classes whose layout is Tensor's own (a subclass of the user's goes through getattr)
+_INFO = cython.declare(cython.Py_ssize_t, slot_offset(_Tensor.__dict__["_info"])
+                       if cython.compiled else -1)
 _dispatch = _accel.load("mge._core.dispatch")
 _apply_tuple = _dispatch.apply_tuple
 _get_channel = _accel.load("mge._core.channel.channel").get_channel
@@ -69,9 +77,41 @@ def _retrack(obj: object) -> cython.void:
             PyObject_GC_Track(obj)
 
 
+@cython.cfunc
+@cython.inline
+def _new_tensor():
+    # a new Tensor without a handle yet (``Tensor.__new__(Tensor)``)
+    if cython.compiled:
+        return new_instance(_Tensor)
+    return _new(_Tensor)
+
+
+@cython.cfunc
+@cython.inline
+def _set_info(t, info) -> cython.void:
+    if cython.compiled:
+        if type(t) is _Tensor or type(t) is _Parameter:
+            set_slot(t, _INFO, info)
+            return
+    t._info = info
+
+
+@cython.cfunc
+@cython.inline
+def _info_of(x) -> TensorInfo:
+    # x's handle (x is a Tensor); AttributeError when it has none
+    if cython.compiled:
+        if type(x) is _Tensor or type(x) is _Parameter:
+            p = get_slot(x, _INFO)
+            if p != cython.NULL:
+                return cython.cast(TensorInfo, cython.cast(object, p))
+    return x._info
+
+
 @cython.cclass
-class Match:
-    """One replaying call's matching state (see the module docstring)."""
+class Match(TopHook):
+    """One replaying call's matching state (see the module docstring); a ``TopHook``: a
+    compiled ``apply`` calls its ``top`` as a C method."""
 
     owner = cython.declare(object, visibility="public")    # the Replayer (slow paths)
     ops = cython.declare(list, visibility="public")        # the recording's ops
@@ -121,7 +161,7 @@ class Match:
         info.deleted = True
         info.producer = v
         _untrack(info)
-        tensor._info = info
+        _set_info(tensor, info)
         self.holders.append(tensor)
         return info
 
@@ -131,26 +171,33 @@ class Match:
         # no channel op per op; like one, it lets a worker that is running an earlier program
         # (and needs the GIL between its matrix products) go on first (handoff.py).
         self.handoff.yield_to_worker()
+        v: cython.Py_ssize_t
+        if len(outs) == 1:  # (most ops: no list)
+            t = _new_tensor()
+            _untrack(t)
+            v = outs[0]
+            self.vi[v] = self._virtual(v, t)
+            return (t,)
         result = []
         j: cython.Py_ssize_t
         for j in range(len(outs)):
-            t = _new(_Tensor)
+            t = _new_tensor()
             _untrack(t)
-            v: cython.Py_ssize_t = outs[j]
+            v = outs[j]
             self.vi[v] = self._virtual(v, t)
             result.append(t)
         return tuple(result)
 
     def placeholder(self, v):
         """A new placeholder of var ``v`` (a value the replay hands out itself: a gradient)."""
-        t = _new(_Tensor)
+        t = _new_tensor()
         _untrack(t)
         self.vi[v] = self._virtual(v, t)
         return t
 
     @cython.cfunc
     def _holds(self, x, v) -> cython.bint:
-        info: TensorInfo = x._info
+        info: TensorInfo = _info_of(x)
         if info is self.vi[v]:
             return True
         if info.deleted and info.producer is not None:
@@ -188,7 +235,8 @@ class Match:
                     _retrack(t)
                     _retrack(t._info)
 
-    def top(self, op, inputs):
+    @cython.ccall
+    def top(self, op, inputs: tuple):
         """A top-level ``apply``: answered whole when it is the recorded call at this point."""
         pos: cython.Py_ssize_t = self.pos
         c = self.calls[pos] if pos < len(self.calls) else None
@@ -281,6 +329,6 @@ class Match:
         if not old.deleted:
             self.temps.append(old)
         self._virtual(ins[1], target)
-        t = _new(_Tensor)
+        t = _new_tensor()
         self._virtual(ins[0], t)
         return (t,)

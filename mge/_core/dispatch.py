@@ -19,8 +19,10 @@ _t = _accel.load("mge._core.transformation")
 Stack, Transformation = _t.Stack, _t.Transformation
 
 _accel.guard(__name__)
+if cython.compiled:  # (a new Tensor per output of every op: made and filled in C)
+    from cython.cimports.mge._core.cpython_new import new_instance, set_slot, slot_offset
 
-__all__ = ["apply", "apply_tuple", "set_top_hook", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs", "set_graph_hook"]
+__all__ = ["apply", "apply_tuple", "set_top_hook", "TopHook", "stack", "set_tensor_type", "EvalTransformation", "const", "convert_inputs", "set_graph_hook"]
 
 _Tensor = None          # set by tensor.py (the Tensor class); avoids an import cycle
 _channel = get_channel()
@@ -30,9 +32,14 @@ _scalar_dtypes = {}  # (tensor dtype, number type) -> scalar_dtype's answer (fou
 _NUMBERS = (float, int, bool)
 
 
+_INFO = cython.declare(cython.Py_ssize_t, -1)  # compiled: the offset of Tensor's _info slot
+
+
 def set_tensor_type(cls):
-    global _Tensor
+    global _Tensor, _INFO
     _Tensor = cls
+    if cython.compiled:
+        _INFO = slot_offset(cls.__dict__["_info"])
 
 
 class EvalTransformation(Transformation):
@@ -48,8 +55,19 @@ def _eval(op, inputs):
     if type(op) is _Assign:
         return _assign(inputs)
     infos = _channel.apply_op(op, [t._info for t in inputs])
-    new = _Tensor.__new__
     cls = _Tensor
+    if cython.compiled:
+        if len(infos) == 1:  # (most ops)
+            t = new_instance(cls)
+            set_slot(t, _INFO, infos[0])
+            return (t,)
+        out = []
+        for info in infos:
+            t = new_instance(cls)
+            set_slot(t, _INFO, info)
+            out.append(t)
+        return tuple(out)
+    new = cls.__new__
     out = []
     for info in infos:
         t = new(cls)
@@ -77,8 +95,22 @@ stack = Stack(_eval, EvalTransformation())
 _chains = stack.chains
 
 
+@cython.cclass
+class TopHook:
+    """A hook for ``apply``'s top-level calls (``set_top_hook``) whose ``top`` a compiled
+    ``apply`` calls as a C method: the replay's ``Match`` (``mge_plugins.trace_match``) is one,
+    and it answers every op of a replayed call.  Any object with a ``top(op, inputs)`` method may
+    be a hook; this class only saves the bound-method call."""
+
+    @cython.ccall
+    def top(self, op, inputs: tuple):
+        """Answer ``apply(op, *inputs)``: a tuple of tensors."""
+        raise NotImplementedError(f"{type(self).__name__}.top: a TopHook must define top()")
+
+
 _top = None  # a running jit.trace's hook for top-level calls (set_top_hook), or None
 _top_call = None  # its bound ``top`` method (looked up once, not per op)
+_top_hook = cython.declare(TopHook, None)  # the TopHook behind _top_call, when it is one
 if cython.compiled:  # (its door methods are C calls)
     from cython.cimports.mge._core.profile_recorder_c import Recorder as _Recorder
 else:
@@ -95,6 +127,8 @@ def apply(op, *inputs):
     """Apply ``op`` to ``inputs`` through the transformation stack; returns a tuple of tensors."""
     if _prof is not None:  # profiler: the op as a dispatch span (the only check when idle)
         return _apply_profiled(op, inputs)
+    if _top_hook is not None:
+        return _top_hook.top(op, inputs)
     if _top_call is not None:
         return _top_call(op, inputs)
     return _through_stack(op, inputs)
@@ -106,6 +140,8 @@ def _apply_profiled(op, inputs):
     rec = _prof
     rec.enter_dispatch(op)
     try:
+        if _top_hook is not None:
+            return _top_hook.top(op, inputs)
         if _top_call is not None:
             return _top_call(op, inputs)
         return _through_stack(op, inputs)
@@ -122,10 +158,14 @@ def set_top_hook(hook):
     """Install ``hook`` (``hook.top(op, inputs)`` answers every top-level ``apply``) or remove
     it (``None``); returns the previous one.  ``mge.jit.trace`` uses it to record which ops
     each call of the user's code issued, and to replay whole calls without the stack."""
-    global _top, _top_call
+    global _top, _top_call, _top_hook
     prev = _top
     _top = hook
     _top_call = hook.top if hook is not None else None
+    # (a hook may lend another object's top: the Replayer lends its Match's)
+    owner = getattr(_top_call, "__self__", None)
+    is_top = getattr(_top_call, "__name__", None) == "top"
+    _top_hook = owner if is_top and isinstance(owner, TopHook) else None
     return prev
 
 

@@ -72,6 +72,7 @@ else:
 SWAP, DROP, NONE = _h.SWAP, _h.DROP, _h.NONE
 HOST_COMPUTE_SIZE = _h.HOST_COMPUTE_SIZE
 RUNNING = _handoff.RUNNING
+_RUNNING = cython.declare(cython.int, _handoff.RUNNING)  # (a C constant: read at every op)
 Command, CommandBuffer = _cb.Command, _cb.CommandBuffer
 APPLY, DEL, GET_VALUE, SWAP_IN, SWAP_OUT, DROP_CMD, SET_OPTION, PUSH_SCOPE, POP_SCOPE = (
     _cb.APPLY, _cb.DEL, _cb.GET_VALUE, _cb.SWAP_IN, _cb.SWAP_OUT, _cb.DROP, _cb.SET_OPTION,
@@ -497,7 +498,7 @@ def _del_locked(ch, info_, on_worker: cython.bint):
     else:
         ch.buffer.enqueue(Command(DEL, dest=info))
         handoff: Handoff = ch.handoff
-        if handoff.state == RUNNING:  # as in apply_op: a worker back from BLAS goes on
+        if handoff.state == _RUNNING:  # as in apply_op: a worker back from BLAS goes on
             handoff.yield_to_worker()
 
 
@@ -568,7 +569,7 @@ def _apply_op_locked(ch, op, inputs):
                 ch._sync()
                 break
     handoff: Handoff = ch.handoff
-    if handoff.state == RUNNING:  # the worker needs the GIL for its Python: let it run
+    if handoff.state == _RUNNING:  # the worker needs the GIL for its Python: let it run
         handoff.yield_to_worker()
     return outputs
 

@@ -60,6 +60,12 @@ __all__ = ["Handoff", "CpuKernels", "CPU", "IDLE", "RUNNING", "NOGIL", "PAIR", "
            "current"]
 
 IDLE, RUNNING, NOGIL, PAIR = 0, 1, 2, 3
+# the same states as C constants for the methods below (a module global costs a dict lookup and
+# an int object per use, and yield_to_worker runs at every op the caller issues)
+_IDLE = cython.declare(cython.int, 0)
+_RUNNING = cython.declare(cython.int, 1)
+_NOGIL = cython.declare(cython.int, 2)
+_PAIR = cython.declare(cython.int, 3)
 YIELD_TIMEOUT_US = 500
 MIN_GEMM_WORK = 1 << 15  # m*n*k: smaller products are as fast through np.matmul
 MIN_NOGIL_SIZE = 1 << 15  # elements: a loop this long is worth handing the GIL over for
@@ -80,7 +86,7 @@ class Handoff:
     """
 
     def __init__(self):
-        self.state = IDLE
+        self.state = _IDLE
         self.caller_waiting = False
         self.caller_blocked = False
         self.yields = self.timeouts = self.nogil_runs = 0
@@ -111,7 +117,7 @@ class Handoff:
     def reset(self):
         """After a fork: no worker, nobody waiting, fresh locks (the old ones may be held by a
         thread that does not exist in the child; they are left, not freed)."""
-        self.state = IDLE
+        self.state = _IDLE
         self.caller_waiting = False
         self.caller_blocked = False
         self._new_locks()
@@ -119,7 +125,7 @@ class Handoff:
     # -- the caller's side ---------------------------------------------------------------------
     def kick(self):
         """The caller woke the worker: it will need the GIL."""
-        self.state = RUNNING
+        self.state = _RUNNING
 
     @cython.ccall
     def yield_to_worker(self):
@@ -127,7 +133,7 @@ class Handoff:
         worker running a ``PAIR`` of products have both cores until it is done."""
         if not cython.compiled or self.yield_timeout_us <= 0:
             return
-        if self.state != RUNNING and self.state != PAIR:
+        if self.state != _RUNNING and self.state != _PAIR:
             return
         self.caller_waiting = True
         self.yields += 1
@@ -143,12 +149,12 @@ class Handoff:
 
     # -- the worker's side ---------------------------------------------------------------------
     def worker_running(self):
-        self.state = RUNNING
+        self.state = _RUNNING
 
     @cython.ccall
     def worker_idle(self):
         """The worker ran out of work (or stops)."""
-        self.state = IDLE
+        self.state = _IDLE
         self._wake_caller()
 
     @cython.ccall
@@ -189,7 +195,7 @@ class Handoff:
         # returns the state to restore when both end
         prev: cython.int = self.state
         self.nogil_runs += 1
-        self.state = PAIR
+        self.state = _PAIR
         return prev
 
     @cython.cfunc
@@ -198,7 +204,7 @@ class Handoff:
         # restore when the kernel ends (without the GIL: ``state`` is a C field)
         prev: cython.int = self.state
         self.nogil_runs += 1
-        self.state = NOGIL
+        self.state = _NOGIL
         self._wake_caller()
         return prev
 
