@@ -452,3 +452,76 @@ def test_empty_inputs():
         == (0, 3, 3, 3)
     assert F.vision.remap(x, mge.tensor(np.zeros((2, 0, 3, 2), np.float32))).numpy().shape == \
         (2, 3, 0, 3)
+
+
+# -- an input on another device than the default one ----------------------------------------------
+# The functional layer's own tensors (interpolate's align_corners matrix, nms's index range) and
+# host operands must go on the input's device: on the default one they met the input in one op
+# ("the inputs are on different devices").
+
+OTHER = "cpu1"
+
+
+@pytest.fixture
+def default_cpu0():
+    old = mge.get_default_device()
+    mge.set_default_device("cpu0")
+    yield
+    mge.set_default_device(old)
+
+
+def _on(d, a):
+    return mge.tensor(a, dtype=np.asarray(a).dtype, device=d)
+
+
+def _interp_grad(d, x, **kw):
+    t = _on(d, x)
+    gm = GradManager().attach([t])
+    with gm:
+        y = F.vision.interpolate(t, **kw)
+        dy = np.random.default_rng(5).standard_normal(y.shape).astype(np.float32)
+        gm.backward((y * _on(d, dy)).sum())
+    assert y.device == t.device and t.grad.device == t.device
+    return y.numpy(), t.grad.numpy()
+
+
+@pytest.mark.parametrize("mode, shape, size", [("bilinear", (2, 3, 4, 5), (7, 9)),
+                                               ("bilinear", (1, 2, 3, 4), (5, 3)),
+                                               ("linear", (2, 3, 6), 10)])
+def test_interpolate_align_corners_on_a_non_default_device(default_cpu0, mode, shape, size):
+    x = _img(*shape, seed=3)
+    got = _interp_grad(OTHER, x, size=size, mode=mode, align_corners=True)
+    ref = _interp_grad("cpu0", x, size=size, mode=mode, align_corners=True)
+    for g, r in zip(got, ref):
+        np.testing.assert_array_equal(g, r)
+
+
+def test_vision_ops_take_host_operands_onto_the_inputs_device(default_cpu0):
+    x, m3 = _img(2, 3, 6, 6, seed=4), _mat(2, 1)
+    rois = np.array([[0, 0, 0, 4, 4], [1, 1, 0.5, 5, 3]], np.float32)
+    boxes = np.array([[0, 0, 10, 10], [1, 1, 10, 10], [20, 20, 30, 30]], np.float32)
+    scores = np.array([0.9, 0.8, 0.7], np.float32)
+    map_xy = np.random.default_rng(2).uniform(0, 5, (2, 4, 3, 2)).astype(np.float32)
+
+    def run(d, host):
+        # ``host(a)``: ``a`` as the caller passes it -- a numpy array, or a tensor on ``d``
+        t = _on(d, x)
+        return [
+            F.vision.warp_perspective(t, host(m3), (4, 5)),
+            F.vision.warp_perspective(t, _on(d, m3), (4, 5), mat_idx=host(np.int32([1, 0]))),
+            F.vision.warp_perspective(host(x), _on(d, m3), (4, 5)),
+            F.vision.warp_affine(t, host(m3[:, :2]), (4, 5), format="NCHW"),
+            F.vision.remap(t, host(map_xy)),
+            F.vision.roi_align(t, host(rois), (2, 2)),
+            F.vision.roi_pooling(t, host(rois), (2, 2)),
+            F.vision.roi_pooling(host(x), _on(d, rois), (2, 2)),
+            F.vision.correlation(t, host(x)),
+            F.vision.nms(_on(d, boxes), host(scores), 0.5),
+            F.vision.nms(_on(d, boxes), _on(d, scores), 0.5, max_output=2),
+        ]
+    ref = [y.numpy() for y in run("cpu0", lambda a: _on("cpu0", a))]
+    for host in (np.asarray, lambda a: _on(OTHER, a)):
+        got = run(OTHER, host)
+        assert all(y.device == mge.device.as_device(OTHER) for y in got), [y.device for y in got]
+        for g, r in zip(got, ref):
+            np.testing.assert_array_equal(g.numpy(), r)

@@ -23,8 +23,16 @@ __all__ = [
 ]
 
 
-def _t(x, dtype=None):
-    return x if isinstance(x, Tensor) else Tensor(x, dtype=dtype)
+def _device_of(*xs):
+    """The device of the first tensor among ``xs`` (None, the default device, when none is)."""
+    return next((x.device for x in xs if isinstance(x, Tensor)), None)
+
+
+def _t(x, dtype=None, device=None):
+    """``x`` as a tensor; a host value goes onto ``device`` -- the device of the op's tensor
+    inputs (``_device_of``), as MegEngine's ``apply`` places them -- so that an input on another
+    device than the default one (``cpu1``, a GPU) does not meet a default-device operand."""
+    return x if isinstance(x, Tensor) else Tensor(x, dtype=dtype, device=device)
 
 
 def _host_ints(v):
@@ -95,7 +103,8 @@ def roi_pooling(
     if isinstance(output_shape, int):
         output_shape = (output_shape, output_shape)
     op = ROIPooling(mode, scale, tuple(output_shape))
-    result, _ = apply(op, _t(inp), _t(rois, "float32"))
+    dev = _device_of(inp, rois)
+    result, _ = apply(op, _t(inp, device=dev), _t(rois, "float32", dev))
     return result
 
 
@@ -125,7 +134,8 @@ def correlation(
         ``(N, (2 * (max_displacement // stride2) + 1) ** 2, OH, OW)``.
     """
     op = Correlation(kernel_size, max_displacement, stride1, stride2, pad_size, is_multiply)
-    result, *_ = apply(op, _t(data1), _t(data2))
+    dev = _device_of(data1, data2)
+    result, *_ = apply(op, _t(data1, device=dev), _t(data2, device=dev))
     return result
 
 
@@ -159,7 +169,7 @@ def roi_align(
         array([[[[ 2.5,  4.5],
                  [10.5, 12.5]]]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, device=_device_of(inp, rois))
     if inp.dtype != np.float32:
         inp = inp.astype(np.float32)
     mode = mode.lower()
@@ -173,7 +183,7 @@ def roi_align(
     offset = 0.5 if aligned else 0.0
     op = ROIAlign(mode, spatial_scale, offset, pooled_height, pooled_width, sample_height,
                   sample_width)
-    result, *_ = apply(op, inp, _t(rois, "float32"))
+    result, *_ = apply(op, inp, _t(rois, "float32", inp.device))
     return result
 
 
@@ -196,7 +206,8 @@ def nms(
         >>> F.vision.nms(boxes, mge.tensor([0.9, 0.8, 0.7]), iou_thresh=0.5).numpy()
         array([0, 2], dtype=int32)
     """
-    boxes, scores = _t(boxes), _t(scores)
+    dev = _device_of(boxes, scores)
+    boxes, scores = _t(boxes, device=dev), _t(scores, device=dev)
     assert (
         boxes.ndim == 2 and boxes.shape[1] == 4
     ), "the expected shape of boxes is (N, 4)"
@@ -213,7 +224,7 @@ def nms(
     indices, count = apply(NMSKeep(iou_thresh, max_output), boxes.reshape(1, -1, 4))
     # the first ``count`` indices, as an op whose output shape depends on values (so a symbolic
     # trace need not read the count)
-    keep = arange(max_output, dtype="int32") < count
+    keep = arange(max_output, dtype="int32", device=count.device) < count
     indices, _ = cond_take(keep, indices[0])
     return sorted_idx[indices]
 
@@ -250,7 +261,7 @@ def remap(
     """
     assert isinstance(inp, Tensor), "inp must be Tensor type"
     op = Remap(interp_mode, border_mode, "NCHW", scalar)
-    (result,) = apply(op, inp, _t(map_xy, "float32"))
+    (result,) = apply(op, inp, _t(map_xy, "float32", inp.device))
     return result
 
 
@@ -293,9 +304,9 @@ def warp_affine(
         array([[ 5.,  6.],
                [ 9., 10.]], dtype=float32)
     """
-    inp = _t(inp)
+    inp = _t(inp, device=_device_of(inp, mat))
     op = WarpAffine(interp_mode, border_mode, format, border_val, _host_ints(out_shape))
-    (out,) = apply(op, inp, _t(mat, "float32"))
+    (out,) = apply(op, inp, _t(mat, "float32", inp.device))
     return out
 
 
@@ -341,14 +352,15 @@ def warp_perspective(
         array([[[[ 5.,  6.],
                  [ 9., 10.]]]], dtype=float32)
     """
-    inp, mat = _t(inp), _t(mat)
+    dev = _device_of(inp, mat, mat_idx)
+    inp, mat = _t(inp, device=dev), _t(mat, device=dev)
     if inp.dtype == np.float32:
         mat = mat.astype("float32")
     if inp.dtype == np.float16:
         inp = inp.astype("float32")
     op = WarpPerspective(interp_mode, border_mode, format, border_val, _host_ints(out_shape))
     if mat_idx is not None:
-        mat_idx = _t(mat_idx, "int32")
+        mat_idx = _t(mat_idx, "int32", inp.device)
         if mat_idx.dtype != np.int32:
             mat_idx = mat_idx.astype("int32")
         (result,) = apply(op, inp, mat, mat_idx)
@@ -470,7 +482,10 @@ def interpolate(
                 wscale = np.float32((iw - 1.0) / (ow - 1.0)) if ow != 1 else np.float32(np.inf)
         weight = np.array([[wscale, 0, 0], [0, hscale, 0], [0, 0, 1]], np.float32)
         weight = np.broadcast_to(weight, (inp.shape[0], 3, 3)).copy()
-        ret = warp_perspective(inp, Tensor(weight, dtype="float32"), dsize, interp_mode="linear")
+        # the matrix goes on the input's device: on the default one it would meet an input
+        # elsewhere (cpu1, a GPU) in one WarpPerspective
+        mat = Tensor(weight, dtype="float32", device=inp.device)
+        ret = warp_perspective(inp, mat, dsize, interp_mode="linear")
 
     if mode == "linear":
         ret = reshape(ret, ret.shape[0:3])
