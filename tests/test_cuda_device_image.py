@@ -205,6 +205,17 @@ def test_pad_of_integers_and_bools_is_exact(cuda, mode, dtype):
     assert "Pad" in ran(cuda, lambda: close(fn, EXACT))
 
 
+def test_pad_of_a_scalar_raises_the_cpus_error(cuda, level):
+    # MegEngine's Padding asserts on a 0-D input; the plan returned the input for pad_width ()
+    messages = []
+    for d in (DEV, "cpu0"):
+        err = _error(d, lambda: F.nn.pad(on(d, np.float32(3)), ()).numpy())
+        assert isinstance(err, ValueError), repr(err)
+        messages.append(str(err))
+    assert messages[0] == messages[1] and "Pad.constant: cannot pad a 0-D input" in messages[0]
+    _still_works(cuda)
+
+
 # -- sliding windows -------------------------------------------------------------------------------
 
 _WINDOW = dict(kernel_size=(2, 3), padding=(1, 0), stride=(2, 1), dilation=(1, 2))

@@ -9,6 +9,7 @@ import mge
 import mge.functional as F
 from mge._core.device.cpu import KERNELS
 from mge._core.ops import Dropout
+from mge.core import AsyncError
 
 
 def T(x, dtype=None):
@@ -267,6 +268,27 @@ def test_pad_leading_axes_dtypes_and_errors():
         F.pad(T(x), ((1, 1),), mode="wrap")
     with pytest.raises(ValueError, match="Pad.constant: pad_width has 3 pairs"):
         F.pad(T(x), ((1, 1),) * 3)
+
+
+@pytest.mark.parametrize("mode", ["constant", "reflect", "replicate"])
+def test_pad_of_a_scalar_raises_as_megengine(mode):
+    # MegEngine 1.13's Padding asserts on a 0-D input whatever pad_width is; an empty pad_width
+    # got numpy's TypeError from the CPU kernel (at the next read at async level 2)
+    old = mge.config.async_level
+    try:
+        for level in (0, 2):
+            mge.config.async_level = level
+            with pytest.raises(Exception) as info:
+                F.pad(T(np.float32(3)), (), mode=mode).numpy()
+            err = info.value  # an AsyncError's cause where the error came at the read
+            err = err.__cause__ if isinstance(err, AsyncError) else err
+            assert isinstance(err, ValueError) and isinstance(err, RuntimeError), repr(err)
+            assert str(err) == (f"Pad.{mode}: cannot pad a 0-D input (pad_width=()); Padding "
+                                f"takes 1 to 7 dims (input shapes: (); dtypes: float32)")
+    finally:
+        mge.config.async_level = old
+    with pytest.raises(ValueError, match="Pad.constant: pad_width has 1 pairs for a 0-D input"):
+        F.pad(T(np.float32(3)), ((0, 0),))
 
 
 # -- one-hot -------------------------------------------------------------------------------------
