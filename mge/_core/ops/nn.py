@@ -340,6 +340,11 @@ def _infer_pad(op, descs):
     xs, dtype = _pad_input(op, descs, "input")
     if xs is None:
         return [TensorDesc(None, dtype)]
+    if not xs:
+        # MegEngine 1.13's Padding takes 1 to 7 dims and asserts on a scalar whatever pad_width
+        # is (imperative/src/impl/ops/padding.cpp, dnn/src/common/padding.cpp): at the call here
+        raise op_error(ValueError, op, f"cannot pad a 0-D input (pad_width={op.pad_width}); "
+                       f"Padding takes 1 to 7 dims", descs)
     for i, (a, b) in enumerate(op.pad_width):
         if op.mode == "reflect" and max(a, b) >= max(xs[i], 1) and max(a, b) > 0:
             raise op_error(ValueError, op, f"reflect padding {(a, b)} must be smaller than the "

@@ -4,7 +4,6 @@ padding and their backward ops (convolution, pooling and normalisation are in ``
 """
 import numpy as np
 
-from ....ops.base import op_error
 from ....ops.nn import (
     Dropout, DropoutBackward, IndexingOneHot, IndexingSetOneHot, LogSoftmax, OneHot, Pad,
     PadBackward, Softmax, SoftmaxCrossEntropy, SoftmaxCrossEntropyBackward, softmax_axes,
@@ -157,12 +156,6 @@ def _cpu_dropout_backward(op, dy, mask):
 
 @def_kernel(Pad)
 def _cpu_pad(op, x):
-    if x.ndim == 0:
-        # MegEngine 1.13's Padding takes 1 to 7 dims and asserts on a scalar whatever pad_width
-        # is (imperative/src/impl/ops/padding.cpp, dnn/src/common/padding.cpp); np.pad would
-        # raise its own TypeError for an empty pad_width.  The CUDA plan raises the same.
-        raise op_error(ValueError, op, f"cannot pad a 0-D input (pad_width={op.pad_width}); "
-                       f"Padding takes 1 to 7 dims", [(x.shape, x.dtype)])
     width = tuple(op.pad_width) + ((0, 0),) * (x.ndim - len(op.pad_width))
     if op.mode == "constant":
         return (np.pad(x, width, constant_values=np.asarray(op.constant_value).astype(x.dtype)),)

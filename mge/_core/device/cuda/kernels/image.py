@@ -844,10 +844,6 @@ def pad_plan(op, ins, outs):
     """The plan of ``Pad``: one gather launch, a thread per output element (every dtype)."""
     descs = _checked(op, ins, outs, (1,))
     (xs, d), = descs
-    if not xs:
-        # as the CPU kernel: MegEngine's Padding asserts on a scalar (takes 1 to 7 dims)
-        raise op_error(ValueError, op, f"cannot pad a 0-D input (pad_width={op.pad_width}); "
-                       f"Padding takes 1 to 7 dims", descs)
     _need(op, descs, d, SUPPORTED_DTYPES)
     w = _widths(op, len(xs))
     mode = {"constant": 0, "reflect": 1, "replicate": 2}[op.mode]
