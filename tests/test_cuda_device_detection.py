@@ -9,7 +9,6 @@ op classes really ran on the device.  The checks' errors (a RoI's batch index, a
 the CPU device's, at the call (async level 0) or the next read (level 2).  Without g++ the tests
 are skipped with the reason, except under ``CI``.
 """
-import os
 
 import numpy as np
 import pytest
@@ -17,48 +16,16 @@ import pytest
 import mge
 import mge.functional as F
 from mge.autodiff import GradManager
-from mge.core import AsyncError, apply, get_option, set_option
+from mge.core import AsyncError, apply
 
-from devices import cuda_host
-from mge._core.device.cuda import hostbuild
+from cuda_device_fixtures import DEV, cuda, level, on  # noqa: F401 (fixtures by name)
 from mge._core.ops.vision import NMSKeep
 
-DEV = "cudahost0"
 F32 = np.dtype("float32")
 
 
-def _missing(message):
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    """``cudahost0``'s ``CudaDevice``; host compute off (every op runs the device's kernels)."""
-    why = hostbuild.why_unavailable()
-    if why:
-        _missing(f"g++ is needed to run the CUDA kernels on the host: {why}")
-    dev = cuda_host.device(DEV)
-    saved = get_option("enable_host_compute")
-    set_option("enable_host_compute", 0)
-    yield dev
-    set_option("enable_host_compute", saved)
-
-
-@pytest.fixture(params=[2, 0], ids=["async2", "async0"])
-def level(request):
-    """The channel's async level: 2 reports a kernel's error at the next read, 0 at the call."""
-    old = mge.config.async_level
-    mge.config.async_level = request.param
-    yield request.param
-    mge.config.async_level = old
-
-
-def on(d, a):
-    """``a`` on device ``d`` with its own dtype."""
-    a = np.asarray(a)
-    return mge.tensor(a, dtype=a.dtype, device=d)
 
 
 def at(d, fn):

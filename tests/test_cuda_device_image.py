@@ -14,7 +14,6 @@ data) raise ``NotImplementedError`` naming the op, at the call (async level 0) o
 ``cvt_color`` on int32 raise the CPU device's errors.  Without g++ the tests are skipped with the
 reason, except under ``CI``.
 """
-import os
 
 import numpy as np
 import pytest
@@ -22,13 +21,13 @@ import pytest
 import mge
 import mge.functional as F
 from mge.autodiff import GradManager
-from mge.core import AsyncError, get_option, set_option
+from mge.core import AsyncError
 
-from devices import cuda_host
+from cuda_device_fixtures import DEV, cuda, level, on  # noqa: F401 (fixtures by name)
+from cuda_toolchain import missing as _missing
 from mge._core.device.cuda import hostbuild
 from mge._core.ops.vision import BORDER_MODES, CVT_MODES
 
-DEV = "cudahost0"
 F16, F32, F64, U8, I32 = (np.dtype(d) for d in ("float16", "float32", "float64", "uint8",
                                                   "int32"))
 EXACT = (0, 0)
@@ -36,38 +35,8 @@ EXACT = (0, 0)
 INTERP = (1e-5, 1e-6)
 
 
-def _missing(message):
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    """``cudahost0``'s ``CudaDevice``; host compute off (every op runs the device's kernels)."""
-    why = hostbuild.why_unavailable()
-    if why:
-        _missing(f"g++ is needed to run the CUDA kernels on the host: {why}")
-    dev = cuda_host.device(DEV)
-    saved = get_option("enable_host_compute")
-    set_option("enable_host_compute", 0)
-    yield dev
-    set_option("enable_host_compute", saved)
-
-
-@pytest.fixture(params=[2, 0], ids=["async2", "async0"])
-def level(request):
-    """The channel's async level: 2 reports a kernel's error at the next read, 0 at the call."""
-    old = mge.config.async_level
-    mge.config.async_level = request.param
-    yield request.param
-    mge.config.async_level = old
-
-
-def on(d, a):
-    """``a`` on device ``d`` with its own dtype."""
-    a = np.asarray(a)
-    return mge.tensor(a, dtype=a.dtype, device=d)
 
 
 def at(d, fn):

@@ -8,54 +8,20 @@ async levels 0 and 2, and ``SVD`` still refused with a ``NotImplementedError``.
 Without g++ the tests are skipped with the reason, except under ``CI``.  Host compute is off, so
 every op runs the device's kernels.
 """
-import os
 
 import numpy as np
-import pytest
 
 import mge
 import mge.functional as F
 from mge.amp.check_non_finite import check_non_finite
-from mge.core import AsyncError, get_option, set_option
+from mge.core import AsyncError
 
-from devices import cuda_host
-from mge._core.device.cuda import hostbuild
-
-DEV = "cudahost0"
+from cuda_device_fixtures import DEV, cuda, level, on  # noqa: F401 (fixtures by name)
 
 
-def _missing(message):
-    if os.environ.get("CI"):
-        pytest.fail(message)
-    pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    """``cudahost0``'s ``CudaDevice``; host compute off (every op runs the device's kernels)."""
-    why = hostbuild.why_unavailable()
-    if why:
-        _missing(f"g++ is needed to run the CUDA kernels on the host: {why}")
-    dev = cuda_host.device(DEV)
-    saved = get_option("enable_host_compute")
-    set_option("enable_host_compute", 0)
-    yield dev
-    set_option("enable_host_compute", saved)
 
-
-@pytest.fixture(params=[2, 0], ids=["async2", "async0"])
-def level(request):
-    """The channel's async level: 2 reports a kernel's error at the next read, 0 at the call."""
-    old = mge.config.async_level
-    mge.config.async_level = request.param
-    yield request.param
-    mge.config.async_level = old
-
-
-def on(d, a):
-    """``a`` on device ``d`` with its own dtype."""
-    a = np.asarray(a)
-    return mge.tensor(a, dtype=a.dtype, device=d)
 
 
 def both(fn):

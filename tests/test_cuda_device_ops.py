@@ -22,7 +22,7 @@ Without g++ the tests are skipped with the reason, except under ``CI``.  Host co
 every op runs the device's kernels.  Each family's kernels are built once per process (the host
 backend's build cache): the first test of a family pays its g++ runs (about 0.3 s each).
 """
-import os
+import gc
 
 import numpy as np
 import pytest
@@ -30,51 +30,21 @@ import pytest
 import mge
 import mge.functional as F
 from mge.autodiff import GradManager
-from mge.core import AsyncError, get_option, set_option
+from mge.core import AsyncError
 
-from devices import cuda_host
+from cuda_device_fixtures import DEV, cuda, level, on  # noqa: F401 (fixtures by name)
+from cuda_toolchain import missing as _missing
 from mge._core.device.cuda import hostbuild
 from mge._core.device.cuda.kernels import elemwise as ek
 from mge._core.device.cuda.kernels import launch as lk
 from mge._core.device.cuda.launch import CUDA_KERNELS, lookup, plans
 from mge._core.ops.base import TensorDesc
 
-DEV = "cudahost0"
 F32 = np.dtype("float32")
 
 
-def _missing(message):
-    if os.environ.get("CI"):  # CI installs g++: there a missing one fails
-        pytest.fail(message)
-    pytest.skip(message)
 
 
-@pytest.fixture(scope="module")
-def cuda():
-    """``cudahost0``'s ``CudaDevice``; host compute off (every op runs the device's kernels)."""
-    why = hostbuild.why_unavailable()
-    if why:
-        _missing(f"g++ is needed to run the CUDA kernels on the host: {why}")
-    dev = cuda_host.device(DEV)
-    saved = get_option("enable_host_compute")
-    set_option("enable_host_compute", 0)
-    yield dev
-    set_option("enable_host_compute", saved)
-
-
-@pytest.fixture(params=[2, 0], ids=["async2", "async0"])
-def level(request):
-    """The channel's async level: 2 reports a kernel's error at the next read, 0 at the call."""
-    old = mge.config.async_level
-    mge.config.async_level = request.param
-    yield request.param
-    mge.config.async_level = old
-
-
-def on(d, a):
-    """``a`` on device ``d`` with its own dtype."""
-    a = np.asarray(a)
-    return mge.tensor(a, dtype=a.dtype, device=d)
 
 
 def rng(seed=0):
@@ -151,6 +121,8 @@ def test_a_plan_of_launches_gemms_and_memsets_runs_on_the_device(cuda):
     plan = lk.Plan(steps, ws.size)
     dev = cuda
     x, y = dev.from_host(a), dev.from_host(b)
+    gc.collect()  # (an earlier test's tensors, freed now and not while the plan runs)
+    mge._full_sync()
     before = dev.pool.stats()["allocated"]
     out, zero = plans.run_plan(dev, plan, [x, y], [TensorDesc((4, 4), F32),
                                                    TensorDesc((3,), F32)])
