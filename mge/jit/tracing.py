@@ -116,6 +116,13 @@ class _Trace:
         self.in_tree = in_tree
         self.out_tree = out_tree
         self.programs = Programs(profile, opt_level)
+        self.programs_run = True  # every device of the recording runs compiled programs
+
+
+def _programs_run_on(devices):
+    # whether each device runs a compiled program as one op (Device.runs_programs); where one
+    # does not, a recording is made eagerly and replays issue the recorded ops one by one
+    return all(getattr(getattr(d, "impl", None), "runs_programs", True) for d in devices)
 
 
 class trace:
@@ -147,7 +154,9 @@ class trace:
       one program on the new arguments, captured tensors the function assigned (parameters,
       optimizer states) take their new values, and the results come back in the recorded
       structure.  Other Python side effects of the function (appending to a list, ``.grad``
-      attributes, printing) happen on the first call only.
+      attributes, printing) happen on the first call only.  On a device that runs no
+      compiled programs (``Device.runs_programs``: the CUDA device so far) the function runs
+      again and its ops are issued one by one, as in any replay there.
 
     Example::
 
@@ -225,7 +234,7 @@ class trace:
                 if len(self._traces) >= _MAX_SIGNATURES:
                     self._traces.pop(next(iter(self._traces)))
                 self._traces[key] = tr
-            elif self.without_host:
+            elif self.without_host and tr.programs_run:  # (else the ops, one by one)
                 outputs = self._run_without_host(tr, tensors)
             else:
                 outputs = self._replay(tr, args, kwargs, tensors)
@@ -241,15 +250,19 @@ class trace:
         plugin = _plugin()
         rec = plugin.Recording(self.capture_as_const)
         tr = _Trace(rec, in_tree, None, {} if self.profiling else None, self.opt_level)
-        if self.symbolic and self.dtr_config is None:  # (under DTR: op by op, as replays)
-            return self._record_lazily(plugin, tr, args, kwargs, tensors)
-        for t in tensors:
-            rec.bind_arg(t)
-        layer = self._layer = plugin.Recorder(rec)
-        outputs = _run_under(layer, self.__wrapped__, args, kwargs)
-        out_tensors = []
-        tr.out_tree = _flatten(outputs, out_tensors)
-        rec.finish(out_tensors)
+        # (under DTR, or with inputs on a device that runs no programs: op by op, as replays)
+        lazy = self.dtr_config is None and _programs_run_on({t.device for t in tensors})
+        if self.symbolic and lazy:
+            tr, outputs = self._record_lazily(plugin, tr, args, kwargs, tensors)
+        else:
+            for t in tensors:
+                rec.bind_arg(t)
+            layer = self._layer = plugin.Recorder(rec)
+            outputs = _run_under(layer, self.__wrapped__, args, kwargs)
+            out_tensors = []
+            tr.out_tree = _flatten(outputs, out_tensors)
+            rec.finish(out_tensors)
+        tr.programs_run = _programs_run_on({d[2] for d in rec.descs})
         return tr, outputs
 
     def _record_lazily(self, plugin, tr, args, kwargs, tensors):
@@ -282,7 +295,7 @@ class trace:
         plugin = _plugin()
         layer = self._layer = plugin.Replayer(tr.recording, tr.programs, self.capture_as_const)
         layer.bind(tensors)
-        layer.op_by_op = self.dtr_config is not None
+        layer.op_by_op = self.dtr_config is not None or not tr.programs_run
         _channel.resolve = layer.resolve
         try:
             outputs = _run_under(layer, self.__wrapped__, args, kwargs)

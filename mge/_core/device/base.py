@@ -48,6 +48,10 @@ class Device(abc.ABC):
     """
 
     kind = None
+    # whether ``execute`` runs a ``jit.trace`` program (``TracedProgram``) as one op, as the CPU
+    # device does; a device that does not (the CUDA device, so far) gets the recorded ops one by
+    # one from a trace's replay (mge/jit/tracing.py), unfused but the same results
+    runs_programs = True
 
     def __init__(self, index=0):
         self.index = index

@@ -150,6 +150,7 @@ class CudaDevice(Device):
     into a donated input), ``relayouts`` (views made dense for a launcher)."""
 
     kind = "cuda"
+    runs_programs = False  # no kernel for TracedProgram yet: a trace replays op by op here
 
     def __init__(self, index=0, backend=None, kind="cuda"):
         super().__init__(index)
