@@ -9,7 +9,6 @@ op classes really ran on the device.  The checks' errors (a RoI's batch index, a
 the CPU device's, at the call (async level 0) or the next read (level 2).  Without g++ the tests
 are skipped with the reason, except under ``CI``.
 """
-
 import numpy as np
 import pytest
 
@@ -18,7 +17,7 @@ import mge.functional as F
 from mge.autodiff import GradManager
 from mge.core import AsyncError, apply
 
-from cuda_device_fixtures import DEV, cuda, level, on  # noqa: F401 (fixtures by name)
+from cuda_device_fixtures import DEV, at, both, cuda, level, on  # noqa: F401 (fixtures)
 from mge._core.ops.vision import NMSKeep
 
 F32 = np.dtype("float32")
@@ -28,27 +27,8 @@ F32 = np.dtype("float32")
 
 
 
-def at(d, fn):
-    """``fn()`` with ``d`` the default device (the functional layer's own host tensors --
-    ``ctc_loss``'s lengths, ``nms``'s sort -- land there too)."""
-    old = mge.get_default_device()
-    mge.set_default_device(d)
-    try:
-        return fn()
-    finally:
-        mge.set_default_device(old)
 
 
-def both(fn):
-    """``fn(device)`` on cudahost0 and cpu0 (each the default device): two lists of host
-    arrays."""
-    outs = list(at(DEV, lambda: fn(DEV)))
-    assert all(o.device == DEV for o in outs)
-    got = [o.numpy() for o in outs]
-    ref = [o.numpy() for o in at("cpu0", lambda: fn("cpu0"))]
-    for g, r in zip(got, ref):
-        assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
-    return got, ref
 
 
 def close(fn, rtol=1e-5, atol=1e-6):

@@ -14,16 +14,14 @@ data) raise ``NotImplementedError`` naming the op, at the call (async level 0) o
 ``cvt_color`` on int32 raise the CPU device's errors.  Without g++ the tests are skipped with the
 reason, except under ``CI``.
 """
-
 import numpy as np
 import pytest
 
-import mge
 import mge.functional as F
 from mge.autodiff import GradManager
 from mge.core import AsyncError
 
-from cuda_device_fixtures import DEV, cuda, level, on  # noqa: F401 (fixtures by name)
+from cuda_device_fixtures import DEV, at, both, cuda, level, on  # noqa: F401 (fixtures)
 from cuda_toolchain import missing as _missing
 from mge._core.device.cuda import hostbuild
 from mge._core.ops.vision import BORDER_MODES, CVT_MODES
@@ -39,28 +37,8 @@ INTERP = (1e-5, 1e-6)
 
 
 
-def at(d, fn):
-    """``fn()`` with ``d`` the default device (the functional layer's own host tensors --
-    ``interpolate``'s ``align_corners`` matrix -- land there too)."""
-    old = mge.get_default_device()
-    mge.set_default_device(d)
-    try:
-        return fn()
-    finally:
-        mge.set_default_device(old)
 
 
-def both(fn):
-    """``fn(device)`` on cudahost0 and cpu0 (each the default device): two lists of host
-    arrays."""
-    outs = list(at(DEV, lambda: fn(DEV)))
-    assert all(o.device == DEV for o in outs)
-    got = [o.numpy() for o in outs]
-    ref = [o.numpy() for o in at("cpu0", lambda: fn("cpu0"))]
-    assert len(got) == len(ref)
-    for g, r in zip(got, ref):
-        assert g.dtype == r.dtype and g.shape == r.shape, (g.dtype, g.shape, r.dtype, r.shape)
-    return got, ref
 
 
 def close(fn, *tols):

@@ -8,7 +8,6 @@ async levels 0 and 2, and ``SVD`` still refused with a ``NotImplementedError``.
 Without g++ the tests are skipped with the reason, except under ``CI``.  Host compute is off, so
 every op runs the device's kernels.
 """
-
 import numpy as np
 
 import mge
