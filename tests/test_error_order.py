@@ -10,7 +10,7 @@ import pytest
 
 import mge
 import mge.functional as F
-from helpers import bad_index_pair, clean_channel  # noqa: F401 (clean_channel: a fixture)
+from helpers import bad_index_pair, busy_worker, clean_channel  # noqa: F401 (a fixture)
 from mge._core.channel import get_channel
 from mge.core import AsyncError, UnusableTensorError
 
@@ -54,7 +54,8 @@ def test_backward_through_a_failed_output_reports_the_real_error_first():
     gm = mge.autodiff.GradManager().attach([w])
     _, idx = bad_index_pair()
     with gm:
-        loss = F.nn.indexing_one_hot(w * 2, idx).sum()
+        with busy_worker():  # (both ops queued before the first runs: the sum sees no error)
+            loss = F.nn.indexing_one_hot(w * 2, idx).sum()
         get_channel().wait_idle()            # the kernel has failed; loss inherits it silently
         gm.backward(loss)
     with pytest.raises(AsyncError) as info:
