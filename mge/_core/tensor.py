@@ -1,4 +1,5 @@
 """``Tensor``: a user's handle on one value in the channel (MegEngine 1.13's ``Tensor``)."""
+import cython
 import numpy as np
 
 from . import _accel
@@ -10,6 +11,9 @@ from .ops.assign import Assign
 from .ops.misc import Copy, Detach, Identity
 
 _accel.guard(__name__)
+if cython.compiled:  # (a tensor's finalizer reads its handle at the slot: one per op's output)
+    from cython.cimports.mge._core.channel.handles_c import TensorInfo
+    from cython.cimports.mge._core.cpython_new import get_slot, slot_offset
 _dispatch = _accel.load("mge._core.dispatch")
 apply = _dispatch.apply
 _channel = get_channel()
@@ -21,6 +25,7 @@ QUANTIZED_TYPECVT = None
 __all__ = ["Tensor", "Parameter"]
 
 _mode = elemwise_op
+_COMPILED = cython.declare(cython.bint, cython.compiled)
 _IDENTITY = Identity()
 _ASSIGN = Assign()
 
@@ -127,6 +132,17 @@ class Tensor:
         apply(_ASSIGN, self, other)  # (its output, the old value, is dropped here)
 
     def __del__(self):
+        if _COMPILED:  # (not cython.compiled: at interpreter exit the pure twin's globals are None)
+            p = get_slot(self, _INFO)  # (unset: NULL; _take_info leaves None)
+            if p == cython.NULL or cython.cast(object, p) is None:
+                return
+            handle: TensorInfo = cython.cast(object, p)
+            if not handle.deleted:  # (a trace's placeholders: nothing to free)
+                try:
+                    _channel.del_(handle)
+                except Exception:  # interpreter shutdown: modules may already be gone
+                    pass
+            return
         info = getattr(self, "_info", None)
         if info is not None and not info.deleted:  # (a trace's placeholders: nothing to free)
             try:
@@ -438,4 +454,7 @@ def _rebuild(cls, value, dtype, device, name):
     return cls(value, dtype=dtype, device=device, name=name or None)
 
 
+# compiled: the offset of the _info slot (Tensor.__del__; subclasses keep it where it is)
+_INFO = cython.declare(cython.Py_ssize_t, slot_offset(Tensor.__dict__["_info"])
+                       if cython.compiled else -1)
 _dispatch.set_tensor_type(Tensor)

@@ -22,6 +22,7 @@ SWAP = 1   # swapped out: ``h_value`` holds it on the host
 DROP = 2   # dropped: recompute from ``producer``
 
 
+@cython.freelist(1024)  # (one or two per op: allocated and freed from a list, not malloc)
 @cython.cclass
 class TensorInfo:
     """One tensor in the channel: description, storage, producer and state.
