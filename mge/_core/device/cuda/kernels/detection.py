@@ -1033,8 +1033,8 @@ def _corr_backward_plan(op, ins, outs):
 def vision_backward_plan(op, ins, outs):
     """``VisionBackward`` of ``ROIAlign`` / ``ROIPooling`` (input 0: ``(x, rois, dy)`` ->
     ``dx``) and of ``Correlation`` (input 0 or 1: ``(a, b, dy)`` -> its gradient); the other
-    forward ops go to ``image.py``'s plan (which hands these three back here), so the one
-    registered last serves them all."""
+    forward ops are ``image.py``'s: its plan, registered after this one (families register in
+    name order), hands these three here (imports run one way, image -> detection)."""
     f = op.forward
     if isinstance(f, (ROIAlign, ROIPooling, Correlation)):
         if len(ins) != 3:
@@ -1052,12 +1052,6 @@ def vision_backward_plan(op, ins, outs):
         if op.index not in (0, 1):
             raise _fail(ValueError, op, f"input index {op.index} of Correlation", ins)
         return _corr_backward_plan(op, ins, outs)
-    try:  # the image family's gradients (Resize, Remap...): its plan, whichever registers last
-        from .image import vision_backward_plan as image_plan
-    except ImportError:
-        image_plan = None
-    if image_plan is not None:
-        return image_plan(op, ins, outs)
     raise NotImplementedError(f"VisionBackward of {f.name} has no CUDA kernel yet (detection.py "
                               f"covers ROIAlign, ROIPooling and Correlation)")
 

@@ -63,8 +63,10 @@ from ....ops.base import INFER, TensorDesc, op_error
 from ....ops.nn import Pad, PadBackward
 from ....ops.nn_extra import SlidingWindow, SlidingWindowTranspose
 from ....ops.vision import (
-    BORDER_MODES, CvtColor, Remap, Resize, Resize3D, VisionBackward, WarpAffine, WarpPerspective,
+    BORDER_MODES, Correlation, CvtColor, Remap, Resize, Resize3D, ROIAlign, ROIPooling,
+    VisionBackward, WarpAffine, WarpPerspective,
 )
+from . import detection as _detection
 from .elemwise import _PRELUDE, SUPPORTED_DTYPES, KernelSource, _code, _load, _storage, _store
 from .launch import THREADS, Buf, Check, Launch, Plan, Workspace, grid_for
 
@@ -1086,9 +1088,8 @@ def vision_backward_plan(op, ins, outs):
         n = ms[0] * ms[1] * ms[2]
         return _one(remap_map_grad_kernel(xd, md, gd), n,
                     (Buf("out0"), Buf("in0"), Buf("in1"), Buf("in2"), np.int64(n), g))
-    if type(f).__name__ in ("ROIAlign", "ROIPooling", "Correlation"):
-        from .detection import vision_backward_plan as detection_plan  # their gradients
-        return detection_plan(op, ins, outs)
+    if isinstance(f, (ROIAlign, ROIPooling, Correlation)):  # their gradients: detection.py's
+        return _detection.vision_backward_plan(op, ins, outs)
     raise NotImplementedError(f"{op.name}: the gradient of input {index} of {f.name} has no "
                               f"CUDA kernel yet (only Resize/Resize3D's data gradient and "
                               f"Remap's map gradient run on the device)")
