@@ -174,6 +174,12 @@ def _cuda_driver():
     return driver
 
 
+def _cuda_device_module():
+    """``device/cuda/device.py`` (its ``make_device`` is gpu<N>'s factory), on first use."""
+    from .cuda import device
+    return device
+
+
 def _bad_name(device):
     kinds = "".join(f", {k}<N>" for k in sorted(DEVICE_KINDS) if k not in ("cpu", "cuda"))
     return (f"invalid device name {device!r}: expected xpux, cpux, cpu<N>, gpu<N> or "
@@ -194,7 +200,7 @@ def set_default_device(device="xpux"):
 
 
 # gpu<N>/cuda<N>: pycuda, the driver and the GPUs are found on first use (cuda/driver.py)
-register_device_kind("cuda", lambda index: _cuda_driver().make_device(index),
+register_device_kind("cuda", lambda index: _cuda_device_module().make_device(index),
                      available=lambda: _cuda_driver().usable(), physical="gpu")
 
 

@@ -54,12 +54,13 @@ import traceback
 import numpy as np
 
 from ..base import Device
+from . import driver
 from . import launch as _launch
 from .backend import ELEMENTWISE_BLOCK, elementwise_grid
 from .kernels.elemwise import typecvt_kernel
 from .pool import CachingPool, PoolOutOfMemory, format_bytes
 
-__all__ = ["CudaDevice", "CudaBuffer", "CudaOutOfMemory", "dense_strides"]
+__all__ = ["CudaDevice", "CudaBuffer", "CudaOutOfMemory", "dense_strides", "make_device"]
 
 
 class CudaOutOfMemory(PoolOutOfMemory):
@@ -485,3 +486,9 @@ def _donated(inputs, reuse):
             out.append(k)
     return out
 
+
+def make_device(index):
+    """The registry's factory of ``gpu<index>``: the driver's checks (``driver.check_device``),
+    then the device itself."""
+    driver.check_device(index, f"device 'gpu{index}'")
+    return CudaDevice(index)

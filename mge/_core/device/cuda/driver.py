@@ -21,7 +21,7 @@ import os
 import threading
 
 __all__ = ["DEVICE_IMPLEMENTED", "INSTALL", "Probe", "DeviceProperties", "probe", "usable",
-           "device_count", "check_gpu", "check_device", "make_device", "primary_context",
+           "device_count", "check_gpu", "check_device", "primary_context",
            "current_context", "compute_capability", "name", "total_memory", "attribute",
            "properties", "memory_info", "cuda_version", "driver_version"]
 
@@ -29,7 +29,7 @@ __all__ = ["DEVICE_IMPLEMENTED", "INSTALL", "Probe", "DeviceProperties", "probe"
 # (issue 16).  Until they are, a GPU that is found cannot hold tensors: is_cuda_available() is
 # False, xpux stays the CPU and gpu0 raises NotImplementedError, while the queries that need only
 # the driver (count, compute capability, properties, versions) work.  The device's owner sets
-# this to True when make_device() builds a working device (cuda/device.py's CudaDevice).
+# this to True when gpu<N> works (cuda/device.py: make_device builds a CudaDevice).
 DEVICE_IMPLEMENTED = False
 
 INSTALL = 'pip install "mge[cuda]"'  # the extra that brings pycuda (setup.py)
@@ -183,14 +183,6 @@ def check_device(index, what):
             "is not written yet: its kernels and memory pool are being built (see issue 16); "
             "use cpu0 until then (the queries of mge.device already work)")
     return cuda
-
-
-def make_device(index):
-    """The registry's factory of ``gpu<index>``: the checks of :func:`check_device`, then the
-    device itself."""
-    check_device(index, f"device 'gpu{index}'")
-    from .device import CudaDevice  # written with DEVICE_IMPLEMENTED = True (issue 16)
-    return CudaDevice(index)
 
 
 def primary_context(index):
