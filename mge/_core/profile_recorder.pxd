@@ -41,6 +41,8 @@ cdef class Recorder:
     cdef public object worker_tid
     cdef public object main_tid
     cdef public dict thread_names
+    cdef public dict timers
+    cdef public list device_events
     cdef public _Log buf
     cdef dict _names
     cdef dict _args

@@ -39,6 +39,7 @@ KIND_NAMES = (None, "ApplyOp", "Del", "GetValue", "SwapIn", "SwapOut", "Drop", "
 PLAIN, DISPATCH, END, FLOW, COMMAND, KERNEL, HOLD, STORAGE, RELEASE = range(9)
 _LENGTH = (4, 5, 3, 6, 8, 8, 10, 9, 6)
 _NONE = -1  # "no object" in a field that holds a table number
+_UNSET = object()  # (a device without a timer yet)
 
 
 def _now() -> cython.longlong:
@@ -167,6 +168,8 @@ class Recorder:
         self.worker_tid = None
         self.main_tid = _get_ident()
         self.thread_names = {}
+        self.timers = {}         # device -> its DeviceTimer (None: a synchronous device)
+        self.device_events = []  # the timers' spans, added when the profile stops
         self._names = {}  # op -> its name (ops are interned and hashable: computed once)
         self._args = {}   # op -> its parameters as JSON values
         self._objs = []   # what the records name by number
@@ -412,12 +415,20 @@ class Recorder:
             self._sample()
 
     def kernel(self, fn, device, op, inputs, descs, reuse):
-        """``fn(device, op, inputs, descs, reuse)`` as a kernel door's run of ``op``."""
+        """``fn(device, op, inputs, descs, reuse)`` as a kernel door's run of ``op``; on an
+        asynchronous device also its device time (``profiler.DeviceTimer``)."""
         if not self.enter_kernel(device, op, descs, reuse):
             return fn(device, op, inputs, descs, reuse)
+        timer = self.timers.get(device, _UNSET)
+        if timer is _UNSET:
+            from .profiler import DeviceTimer
+            timer = self.timers[device] = DeviceTimer.for_device(device)
+        mark = timer.begin() if timer is not None else None
         try:
             return fn(device, op, inputs, descs, reuse)
         finally:
+            if mark is not None:
+                timer.end(mark, op)
             self.exit_kernel()
 
     def _sample(self):
@@ -475,7 +486,7 @@ class Recorder:
         (expanded from the buffer; kept once the profile stopped)."""
         if self._expanded is not None:
             return self._expanded
-        out = _expand(self, self.buf.values(), list(self._thread_list))
+        out = _expand(self, self.buf.values(), list(self._thread_list)) + self.device_events
         if self.stop_ns is not None:
             self._expanded = out
         return out

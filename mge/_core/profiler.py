@@ -22,7 +22,7 @@ import time
 
 from . import _accel
 
-__all__ = ["Recorder", "start", "stop", "active", "span", "end", "instant", "export_args"]
+__all__ = ["Recorder", "DeviceTimer", "start", "stop", "active", "span", "end", "instant", "export_args"]
 
 _clock = time.perf_counter_ns
 _get_ident = threading.get_ident
@@ -70,8 +70,63 @@ def export_args(args):
 
 
 def _device_name(device):
+    name = getattr(device, "name", None)  # (the CUDA device's "gpu0")
+    if isinstance(name, str):
+        return name
     kind = getattr(device, "kind", None) or type(device).__name__
     return f"{kind}{getattr(device, 'index', '')}"
+
+
+class DeviceTimer:
+    """The device-side times of the kernels of one asynchronous device (``device.asynchronous``:
+    a GPU, whose kernels run after ``execute`` returns), as MegEngine times a kernel with its
+    comp node's events (``Timer::record_event``): an event recorded on the device's stream
+    before and after each op's kernels, read when the profile stops.
+
+    A host clock time is tied to the device's timeline once (``anchor``: an event recorded and
+    waited for, then ``perf_counter_ns``), and each event's time is the anchor's plus the
+    device time between them (``Event.elapsed_ms``), so device spans share the host spans'
+    timeline.  They go to a track of their own (thread ident ``("device", name)``, named
+    "<device> (device time)"), category ``"device"``."""
+
+    def __init__(self, device):
+        self.device = device
+        self.name = _device_name(device)
+        self.anchor = device.event().record()
+        self.anchor.synchronize()
+        self.anchor_ns = _clock()
+        self.spans = []  # (start event, end event, op)
+
+    @classmethod
+    def for_device(cls, device):
+        """A timer for ``device`` when its kernels run asynchronously, else ``None``."""
+        if not getattr(device, "asynchronous", False) or not hasattr(device, "event"):
+            return None
+        return cls(device)
+
+    def begin(self):
+        """Record the event before an op's kernels."""
+        return self.device.event().record()
+
+    def end(self, start, op):
+        """Record the event after ``op``'s kernels (begun with ``begin``)."""
+        self.spans.append((start, self.device.event().record(), op))
+
+    @property
+    def ident(self):
+        return ("device", self.name)
+
+    def events(self, rec):
+        """The spans as the recorder's plain events (waits for the device first)."""
+        self.device.synchronize()
+        out = []
+        for start, end, op in self.spans:
+            b = self.anchor_ns + round(self.anchor.elapsed_ms(start) * 1e6)
+            e = self.anchor_ns + round(self.anchor.elapsed_ms(end) * 1e6)
+            name = rec.name_of(op)
+            out.append(("B", b, self.ident, "device", name, {"device": self.name}, None))
+            out.append(("E", max(b, e), self.ident, "device", name, None, None))
+        return out
 
 
 def _modules():
@@ -96,6 +151,9 @@ def start(options=None):
         rec.counter("memory " + str(dev), {"allocated": cur})
     rec.counter("tensors", {"live": rec.live})
     rec.counter("commands", {"pending": 0})
+    from .device.registry import live_devices
+    for dev in live_devices():  # (anchored now; a device made later is anchored at its first op)
+        rec.timers[dev] = DeviceTimer.for_device(dev)
     _active = rec
     for m in _modules():
         m._set_profiler(rec)
@@ -120,6 +178,10 @@ def stop():
         rec.worker_tid = ch.worker.tid
         for t in threading.enumerate():
             rec.thread_names[t.ident] = t.name
+        for timer in rec.timers.values():
+            if timer is not None:
+                rec.thread_names[timer.ident] = f"{timer.name} (device time)"
+                rec.device_events.extend(timer.events(rec))
     return rec
 
 

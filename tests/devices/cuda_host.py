@@ -9,24 +9,33 @@ channel, autodiff, DTR, memory statistics), on machines without a GPU.  Its buff
 ``CudaBuffer``s, not arrays: as with the ``opaque`` device, a numpy assumption above the device
 layer fails here.
 
+Its backend is asynchronous as a GPU is (``HostBackend(asynchronous=True)``: kernels and copies
+run later, in order, on the emulated stream's thread), so a missing wait above the backend shows
+here; ``MGE_CUDAHOST_SYNC=1`` runs the work at once instead (to tell an ordering bug from
+another).
+
 ``register()`` registers the kind once (idempotent: the devices, their pools and counters stay);
 ``device(name)`` is the ``CudaDevice`` behind a name.  A test that needs a fresh pool builds its
 own ``CudaDevice`` over its own ``HostBackend``, or re-registers with ``register(capacity=...,
 fresh=True)``.
 """
+import os
+
 from mge._core.device import DEVICE_KINDS, as_device, register_device_kind
 from mge._core.device.cuda.device import CudaDevice
 from mge._core.device.cuda.host_backend import HostBackend
 
-__all__ = ["KIND", "CAPACITY", "register", "register_kind", "device", "make"]
+__all__ = ["KIND", "CAPACITY", "ASYNCHRONOUS", "register", "register_kind", "device", "make"]
 
 KIND = "cudahost"
 CAPACITY = 256 << 20  # bytes of emulated device memory per device
+ASYNCHRONOUS = os.environ.get("MGE_CUDAHOST_SYNC") != "1"
 
 
 def make(index, capacity=CAPACITY, kind=KIND):
     """A ``CudaDevice`` of the kind ``kind`` over a new ``HostBackend``."""
-    return CudaDevice(index, backend=HostBackend(capacity=capacity, index=index), kind=kind)
+    backend = HostBackend(capacity=capacity, index=index, asynchronous=ASYNCHRONOUS)
+    return CudaDevice(index, backend=backend, kind=kind)
 
 
 def register_kind(kind, capacity=CAPACITY):

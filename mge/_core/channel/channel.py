@@ -36,6 +36,7 @@ import cython
 
 from .. import _accel
 from ..device import as_device
+from ..device.registry import synchronize_devices
 from ..device.cpu.blas import INFO as _BLAS_INFO, install as _install_blas
 from ..ops.base import INFER
 from .introspection import Introspection
@@ -328,8 +329,14 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         self._sync()
 
     def full_sync(self):
-        """``sync`` plus the devices' own queues (nothing more to wait for on the CPU)."""
+        """``sync`` plus the devices' own queues (a GPU's stream; nothing on the CPU): errors
+        that the devices report then are raised as the channel's asynchronous errors."""
         self.sync()
+        errors = synchronize_devices()
+        if errors:
+            with self.cv:
+                self.errors.extend(errors)
+                self._raise_errors()
 
     def _sync(self, original=False):
         self.wait_idle()

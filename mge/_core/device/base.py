@@ -27,6 +27,10 @@ The contract, method by method:
   (``inputs``/``outputs`` have ``.shape``/``.dtype``); the caller's thread runs the others.
 * ``free_beside(buffer) -> int``: free bytes adjacent to the buffer's block (DTR's score uses
   it; 0 where the allocator cannot tell, as on the CPU).
+* ``synchronize()``: wait for work the device still runs after ``execute`` returned (a GPU's
+  stream), raising what failed there; nothing on the CPU.  ``to_host`` waits by itself for
+  the work that writes its buffer (work on a device runs in issue order), so only
+  ``full_sync`` and timing need this.
 
 Allocation and freeing are the buffers' own: a device allocates inside its kernels and
 ``from_host`` (numpy arrays on the CPU; a pool's blocks on a GPU), and storage is freed when the
@@ -52,6 +56,9 @@ class Device(abc.ABC):
     # device does; a device that does not (the CUDA device, so far) gets the recorded ops one by
     # one from a trace's replay (mge/jit/tracing.py), unfused but the same results
     runs_programs = True
+    # whether kernels run after ``execute`` returns (a GPU's stream); such a device also has
+    # ``event()`` (``cuda/backend.py``'s ``Event``), with which the profiler times its kernels
+    asynchronous = False
 
     def __init__(self, index=0):
         self.index = index
@@ -91,6 +98,11 @@ class Device(abc.ABC):
         if rule is True or rule is False:
             return rule
         return bool(rule(op, inputs, outputs))
+
+    def synchronize(self):
+        """Wait until the work issued to the device has run, raising an error it reported
+        asynchronously (``mge._full_sync`` calls it on every device).  A device whose kernels
+        have finished when ``execute`` returns (the CPU) has nothing to wait for."""
 
     # -- memory ------------------------------------------------------------------------------------
     def free_beside(self, buffer):

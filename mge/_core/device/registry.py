@@ -6,7 +6,7 @@ a ``CompNode`` whose ``impl`` is that kind's device of that index.
 import os
 import re
 
-__all__ = ["CompNode", "DeviceKind", "as_device", "get_default_device", "set_default_device",
+__all__ = ["CompNode", "DeviceKind", "live_devices", "synchronize_devices", "as_device", "get_default_device", "set_default_device",
            "register_device_kind", "on_kind_replaced", "DEVICE_KINDS"]
 
 _NAME = re.compile(r"^([a-z]+?)(x|\d+)(?::(\d+))?$")
@@ -36,6 +36,23 @@ class DeviceKind:
 
 # kind -> DeviceKind; "cpu" is always there (registered by device/cpu/ below).
 DEVICE_KINDS = {}
+
+
+def live_devices():
+    """Every ``Device`` made so far (of every registered kind), in registration order."""
+    return [dev for kind in list(DEVICE_KINDS.values()) for dev in list(kind.impls.values())]
+
+
+def synchronize_devices():
+    """Wait for the queued work of every device made so far (``Device.synchronize``); returns
+    the errors they reported (a device's asynchronous failure), one per failing device."""
+    errors = []
+    for dev in live_devices():
+        try:
+            dev.synchronize()
+        except Exception as e:  # (reported by the caller, after every device has been waited for)
+            errors.append(e)
+    return errors
 
 
 def register_device_kind(kind, factory, available=None, physical=None):

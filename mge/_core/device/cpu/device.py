@@ -96,6 +96,9 @@ class CpuDevice:
     def free_beside(self, buffer):
         return 0  # numpy's allocator does not say
 
+    def synchronize(self):
+        """Nothing to wait for: a CPU kernel has run when ``execute`` returns."""
+
     def runs_long(self, op, inputs, outputs):
         rule = op.long_running
         if rule is True or rule is False:

@@ -29,8 +29,9 @@ thread; a backend serialises what must be serialised):
   included: the caller resolves them (the plan executor from its bound buffers, the matmul
   launcher through ``gemm_addresses``), so a backend never sees buffer names;
 * ordering: ``stream`` (the backend's ``Stream``: ``synchronize()``; the device issues all work
-  on it), ``event()`` -> an ``Event`` (``record(stream=None)``, ``query()``, ``synchronize()``),
-  ``synchronize()`` (the whole device).
+  on it), ``event()`` -> an ``Event`` (``record(stream=None)``, ``query()``, ``synchronize()``,
+  ``elapsed_ms(end)``), ``synchronize()`` (the whole device); ``asynchronous`` says whether
+  work runs after it is issued (a GPU, ``HostBackend(asynchronous=True)``) or at once.
 
 Work on one stream runs in issue order, so a block freed by a buffer may be handed to the next
 kernel at once (that kernel runs after every earlier use of the memory), as in PyTorch's caching
@@ -38,6 +39,7 @@ allocator; only the host waits, in ``copy_dtoh``.
 """
 import ctypes
 import re
+import time
 
 import numpy as np
 
@@ -79,16 +81,25 @@ class Stream:
 
 class Event:
     """A point in a stream's work: ``record(stream)`` marks it, ``query()`` says whether the
-    work before it has run, ``synchronize()`` waits for it.  The base class is the host's
-    (immediate) event."""
+    work before it has run, ``synchronize()`` waits for it, ``elapsed_ms(end)`` is the device
+    time from it to the later event ``end``.  The base class is the host's (immediate) event:
+    the point is passed when it is recorded."""
 
     def __init__(self):
         self.recorded = False
+        self.time_ns = None
 
     def record(self, stream=None):
         """Mark the current end of ``stream``'s work (the backend's stream by default)."""
         self.recorded = True
+        self.time_ns = time.perf_counter_ns()
         return self
+
+    def elapsed_ms(self, end):
+        """Milliseconds from this event to the later event ``end`` (both recorded)."""
+        if self.time_ns is None or end.time_ns is None:
+            raise RuntimeError("elapsed_ms: both events must be recorded")
+        return (end.time_ns - self.time_ns) / 1e6
 
     def query(self):
         """Whether the work before the recorded point has run (an unrecorded event: True)."""
@@ -107,6 +118,7 @@ class Backend(AddressSpace):
     name = "backend"
     index = 0
     multiprocessors = 1
+    asynchronous = False  # whether issued work runs later (the host then waits where it must)
     stream = Stream()  # the stream all the device's work goes to (a backend sets its own)
 
     def mem_info(self):

@@ -266,8 +266,19 @@ class CudaDevice(Device):
         self.pool.remove_oom_callback(call)
 
     def synchronize(self):
-        """Wait until every piece of work issued to the device has run."""
+        """Wait until every piece of work issued to the device has run (raising what failed
+        there asynchronously)."""
         self.backend.synchronize()
+
+    @property
+    def asynchronous(self):
+        """Whether kernels run after ``execute`` returns (a GPU's stream): the backend's."""
+        return self.backend.asynchronous
+
+    def event(self):
+        """A new event of the device's stream (``backend.Event``: ``record``, ``query``,
+        ``synchronize``, ``elapsed_ms``); the profiler times kernels with them."""
+        return self.backend.event()
 
     # -- storage and transfers -------------------------------------------------------------------
     def _check(self, buffer, what):

@@ -32,7 +32,13 @@ runtime on top -- runs the code a GPU runs:
   (``backend.check_gemm``): ``A`` is read as ``lda``-strided columns, ``beta == 0`` does not read
   ``C``, float16 accumulates in float32 (into float16 or float32, as the ``Gemm`` says).  So the
   device's row-major -> column-major mapping is exercised for real.
-* **Streams and events** are immediate: work runs when it is issued, ``query()`` is always true.
+* **Streams and events.**  By default work runs when it is issued (``query()`` is always true).
+  With ``asynchronous=True`` it runs as on a GPU: copies, memsets, kernels and GEMMs are checked
+  and their arguments marshalled when issued (the driver's synchronous errors), then queued on a
+  ``host_stream.HostStream`` whose thread runs them in order; a host-to-device copy takes its
+  bytes at once (as the driver stages pageable memory), a device-to-host copy waits for the
+  stream, ``release`` waits for it (as ``cuMemFree`` does), events are ``HostEvent``s, and a
+  failure of queued work is raised at the next wait (``host_stream.AsyncKernelError``).
 
 Counters for the tests: ``launches`` (kernel name -> launches), ``gemms`` (the ``launch.Gemm``
 of each GEMM), ``builds`` (libraries built by this backend), ``htod_bytes``/``dtoh_bytes``.
@@ -51,6 +57,7 @@ import numpy as np
 from . import hostbuild
 from .backend import (Backend, Event, GemmError, Stream, check_gemm, ctypes_struct, marshal_args,
                       parse_param)
+from .host_stream import HostEvent, HostStream
 from .kernels.elemwise import program
 from .pool import OutOfDeviceMemory, format_bytes
 
@@ -101,6 +108,7 @@ class HostModule:
 
 # -- the process's host builds, shared by every HostBackend -----------------------------------------
 _build_lock = threading.Lock()
+_launch_lock = threading.Lock()  # synchronous launches: one at a time (a library's globals)
 _libraries = {}     # (kernel name, kernel source) -> HostLibrary holding it
 _build_dir = None
 _build_counter = itertools.count()
@@ -120,15 +128,17 @@ def _key(kernel):
 
 class HostBackend(Backend):
     """The emulated GPU of the module docstring: ``capacity`` bytes of memory, ``multiprocessors``
-    for the grid sizes the launchers choose (no effect on results), ``index`` its number."""
+    for the grid sizes the launchers choose (no effect on results), ``index`` its number;
+    ``asynchronous``: work runs later, on a ``HostStream``, as on a GPU."""
 
     name = "host emulation"
 
-    def __init__(self, capacity=1 << 30, multiprocessors=4, index=0):
+    def __init__(self, capacity=1 << 30, multiprocessors=4, index=0, asynchronous=False):
         self.capacity = int(capacity)
         self.multiprocessors = multiprocessors
         self.index = index
-        self.stream = Stream()
+        self.asynchronous = bool(asynchronous)
+        self.stream = HostStream(f"stream of emulated gpu {index}") if asynchronous else Stream()
         self._lock = threading.Lock()
         self._starts = []       # sorted segment addresses
         self._segments = {}     # address -> _Allocation
@@ -141,6 +151,13 @@ class HostBackend(Backend):
 
     def __repr__(self):
         return f"<HostBackend {format_bytes(self.capacity)}, {self._reserved} bytes reserved>"
+
+    def _issue(self, fn, what):
+        # run ``fn`` now, or (asynchronous) queue it on the stream; returns the ticket (or None)
+        if self.asynchronous:
+            return self.stream.submit(fn, what)
+        fn()
+        return None
 
     # -- memory ----------------------------------------------------------------------------------
     def reserve(self, nbytes):
@@ -162,7 +179,10 @@ class HostBackend(Backend):
             return alloc.address, alloc
 
     def release(self, handle):
-        """Give a segment back (a ``ValueError`` for one not reserved here or released twice)."""
+        """Give a segment back (a ``ValueError`` for one not reserved here or released twice);
+        asynchronous, after the queued work (which may still use it) has run."""
+        if self.asynchronous:
+            self.stream.synchronize()
         with self._lock:
             if not isinstance(handle, _Allocation) or self._segments.get(handle.address) is not handle:
                 raise ValueError(f"release of {handle!r}: not a live segment of this backend")
@@ -200,7 +220,10 @@ class HostBackend(Backend):
         n = host_array.nbytes
         if n:
             self.check_range(address, n, "copy_htod")
-            ctypes.memmove(int(address), host_array.ctypes.data, n)
+            if self.asynchronous:  # the bytes are taken now: the caller may reuse its array
+                host_array = host_array.copy()
+            self._issue(lambda: ctypes.memmove(int(address), host_array.ctypes.data, n),
+                        "copy_htod")
             self.htod_bytes += n
 
     def copy_dtoh(self, host_array, address):
@@ -211,7 +234,10 @@ class HostBackend(Backend):
         n = host_array.nbytes
         if n:
             self.check_range(address, n, "copy_dtoh")
-            ctypes.memmove(host_array.ctypes.data, int(address), n)
+            ticket = self._issue(lambda: ctypes.memmove(host_array.ctypes.data, int(address), n),
+                                 "copy_dtoh")
+            if ticket is not None:
+                self.stream.wait_for(ticket)  # the caller reads the bytes next
             self.dtoh_bytes += n
 
     def copy_dtod(self, dst, src, nbytes):
@@ -219,13 +245,14 @@ class HostBackend(Backend):
         if nbytes:
             self.check_range(src, nbytes, "copy_dtod (source)")
             self.check_range(dst, nbytes, "copy_dtod (destination)")
-            ctypes.memmove(int(dst), int(src), int(nbytes))
+            self._issue(lambda: ctypes.memmove(int(dst), int(src), int(nbytes)), "copy_dtod")
 
     def memset(self, address, byte, nbytes):
         """Set ``nbytes`` bytes at ``address`` to ``byte``."""
         if nbytes:
             self.check_range(address, nbytes, "memset")
-            ctypes.memset(int(address), int(byte) & 0xFF, int(nbytes))
+            self._issue(lambda: ctypes.memset(int(address), int(byte) & 0xFF, int(nbytes)),
+                        "memset")
 
     # -- kernels ---------------------------------------------------------------------------------
     def preload(self, kernels):
@@ -258,7 +285,8 @@ class HostBackend(Backend):
                 _libraries[_key(k)] = lib
 
     def launch(self, module, name, grid, block, args, shared_bytes=0):
-        """Run kernel ``name`` of ``module`` on ``args`` now (see the module docstring)."""
+        """Run kernel ``name`` of ``module`` on ``args`` (now, or queued when asynchronous; the
+        launch's own checks are made now either way: see the module docstring)."""
         entry = module.kernels.get(name)
         if entry is None:
             raise LaunchError(f"launch of {name!r}: no such kernel in {module!r}")
@@ -283,20 +311,14 @@ class HostBackend(Backend):
                     t = _structs.setdefault(v.dtype, ctypes_struct(v.dtype))
                 argtypes.append(t)
                 cargs.append(t.from_buffer_copy(v.tobytes()))
-        # block.py's one host convention: the launch shape (and dynamic shared size) before
-        # the call, mge_host_error after it; grid-stride-only libraries export neither
-        blocks = _has_blocks(lib)
-        if blocks:
-            lib.function("mge_host_launch", [ctypes.c_uint] * 7)(
-                *grid, *block, int(shared_bytes))
-        lib.function(name, argtypes)(*cargs)
+        fn = lib.function(name, argtypes)
         self.launches[name] += 1
-        if blocks:
-            error = ctypes.c_int.in_dll(lib.lib, "mge_host_error").value
-            if error:
-                raise LaunchError(f"launch of {name}: the kernel needs more dynamic shared "
-                                  f"memory than the launch gave ({shared_bytes} bytes; "
-                                  f"mge_host_error={error})")
+        if self.asynchronous:
+            self.stream.submit(lambda: _run_kernel(lib, name, fn, cargs, grid, block, shared_bytes),
+                               f"kernel {name}")
+        else:
+            with _launch_lock:
+                _run_kernel(lib, name, fn, cargs, grid, block, shared_bytes)
 
     # -- GEMM ------------------------------------------------------------------------------------
     def gemm(self, g, a, b, c):
@@ -308,26 +330,17 @@ class HostBackend(Backend):
         self.gemms.append(g)
         if g.batch == 0 or g.m == 0 or g.n == 0:
             return
+        # the operands' views are made (and their ranges checked) now, read when the GEMM runs
         rows_a, cols_a = (g.k, g.m) if g.transa else (g.m, g.k)
         rows_b, cols_b = (g.n, g.k) if g.transb else (g.k, g.n)
         cm = self._matrices(c, g.m, g.n, g.ldc, g.stride_c, g.batch, np.dtype(g.c_dtype), "C")
-        acc = np.dtype(g.compute_dtype).type
-        if g.k == 0:
-            prod = np.zeros(cm.shape, acc)
-        else:
+        am = bm = None
+        if g.k:
             am = self._matrices(a, rows_a, cols_a, g.lda, g.stride_a, g.batch,
-                                np.dtype(g.a_dtype), "A").astype(acc)
+                                np.dtype(g.a_dtype), "A")
             bm = self._matrices(b, rows_b, cols_b, g.ldb, g.stride_b, g.batch,
-                                np.dtype(g.b_dtype), "B").astype(acc)
-            if g.transa:
-                am = am.transpose(0, 2, 1)
-            if g.transb:
-                bm = bm.transpose(0, 2, 1)
-            prod = np.matmul(am, bm)
-        out = acc(g.alpha) * prod
-        if g.beta != 0:  # cuBLAS reads C only then: with beta == 0 it may hold NaN
-            out = out + acc(g.beta) * cm.astype(acc)
-        cm[...] = out.astype(g.c_dtype)
+                                np.dtype(g.b_dtype), "B")
+        self._issue(lambda: _gemm(g, am, bm, cm), "gemm")
 
     def _matrices(self, address, rows, cols, ld, stride, batch, dtype, what):
         # ``batch`` column-major rows x cols matrices at ``address`` as a (batch, rows, cols)
@@ -346,8 +359,42 @@ class HostBackend(Backend):
 
     # -- ordering --------------------------------------------------------------------------------
     def event(self):
-        """An immediate ``Event``."""
-        return Event()
+        """An ``Event``: a ``HostEvent`` on the stream when asynchronous, else immediate."""
+        return HostEvent(self.stream) if self.asynchronous else Event()
+
+
+def _run_kernel(lib, name, fn, cargs, grid, block, shared_bytes):
+    # block.py's one host convention: the launch shape (and dynamic shared size) before the
+    # call, mge_host_error after it; grid-stride-only libraries export neither.  Those are a
+    # library's globals: one launch at a time (the caller's lock, or the stream's one thread).
+    blocks = _has_blocks(lib)
+    if blocks:
+        lib.function("mge_host_launch", [ctypes.c_uint] * 7)(*grid, *block, int(shared_bytes))
+    fn(*cargs)
+    if blocks:
+        error = ctypes.c_int.in_dll(lib.lib, "mge_host_error").value
+        if error:
+            raise LaunchError(f"launch of {name}: the kernel needs more dynamic shared memory "
+                              f"than the launch gave ({shared_bytes} bytes; "
+                              f"mge_host_error={error})")
+
+
+def _gemm(g, am, bm, cm):
+    # C = alpha * op(A) @ op(B) + beta * C on the (batch, rows, cols) views, in the compute dtype
+    acc = np.dtype(g.compute_dtype).type
+    if am is None:  # k == 0
+        prod = np.zeros(cm.shape, acc)
+    else:
+        am, bm = am.astype(acc), bm.astype(acc)
+        if g.transa:
+            am = am.transpose(0, 2, 1)
+        if g.transb:
+            bm = bm.transpose(0, 2, 1)
+        prod = np.matmul(am, bm)
+    out = acc(g.alpha) * prod
+    if g.beta != 0:  # cuBLAS reads C only then: with beta == 0 it may hold NaN
+        out = out + acc(g.beta) * cm.astype(acc)
+    cm[...] = out.astype(g.c_dtype)
 
 
 def _family(kernel):

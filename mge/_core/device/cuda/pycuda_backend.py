@@ -120,6 +120,14 @@ class PycudaEvent(Event):
             with self.backend.context():
                 self.raw.synchronize()
 
+    def elapsed_ms(self, end):
+        """``cuEventElapsedTime`` from this event to ``end`` (both waited for)."""
+        if not (self.recorded and end.recorded):
+            raise RuntimeError("elapsed_ms: both events must be recorded")
+        with self.backend.context():
+            end.raw.synchronize()
+            return self.raw.time_till(end.raw)
+
 
 class PycudaBackend(Backend):
     """GPU ``index`` through pycuda (see the module docstring).  ``allow_tf32``: float32 GEMMs
@@ -127,6 +135,7 @@ class PycudaBackend(Backend):
     page-locked memory."""
 
     name = "pycuda"
+    asynchronous = True
 
     def __init__(self, index=0, allow_tf32=False, pinned_threshold=1 << 20):
         self.index = index
