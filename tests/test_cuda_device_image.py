@@ -5,14 +5,15 @@
 (``Resize``, the trilinear ``Resize3D``, and ``align_corners`` through ``WarpPerspective``),
 ``warp_affine``, ``warp_perspective``, ``remap`` and ``cvt_color`` run ``kernels/image.py``'s
 plans through the device's executor, forward and backward (through ``GradManager``: ``Pad``'s
-``PadBackward``, the sliding windows' each other, ``VisionBackward`` of the resizes' data and of
-``Remap``'s map), and ``ran`` checks that the op classes really ran on the device.  Copies and
-nearest sampling are bit-exact; sums of taps in another order within float rounding
-(``image.DIFFERENCES``).  The gradients that have no kernel (the warps' data and matrix, ``Remap``'s
-data) raise ``NotImplementedError`` naming the op, at the call (async level 0) or the next read
-(level 2), and the runtime keeps working; ``mat_idx`` out of range and a formula of
-``cvt_color`` on int32 raise the CPU device's errors.  Without g++ the tests are skipped with the
-reason, except under ``CI``.
+``PadBackward``, the sliding windows' each other, ``VisionBackward`` of the resizes' data, of
+``Remap``'s map and data, of the warps' data and matrix -- ``image_grad.py``'s scatters and
+matrix sums -- for every border mode, both interpolations, NCHW and NHWC, ``mat_idx``), and
+``ran`` checks that the op classes really ran on the device.  Copies and nearest sampling are
+bit-exact; sums of taps in another order, and the data gradients' atomic float32 sums, within
+float rounding (``image.DIFFERENCES``; the tolerances are stated where they are used).
+``mat_idx`` out of range and a formula of ``cvt_color`` on int32 raise the CPU device's errors,
+at the call (async level 0) or the next read (level 2), and the runtime keeps working.  Without
+g++ the tests are skipped with the reason, except under ``CI``.
 """
 import numpy as np
 import pytest
@@ -247,14 +248,15 @@ def test_interpolate_trilinear_forward_and_gradient(cuda, size, align_corners):
 
 @pytest.mark.parametrize("mode", ["bilinear", "linear"])
 def test_interpolate_with_align_corners_warps_on_the_device(cuda, mode):
-    # 2-D align_corners is a warp_perspective by a scaling matrix (forward only on the device:
-    # the warp's data gradient has no kernel)
+    # 2-D align_corners is a warp_perspective by a scaling matrix, forward and data gradient
     x = _X if mode == "bilinear" else _X[:, :, 0]
     size = (7, 4) if mode == "bilinear" else 9
 
     def fn(d):
-        return [F.vision.interpolate(on(d, x), size, mode=mode, align_corners=True)]
-    assert "WarpPerspective" in ran(cuda, lambda: close(fn))
+        return _grad(d, lambda t: F.vision.interpolate(t, size, mode=mode, align_corners=True),
+                     [x])
+    assert {"WarpPerspective", "VisionBackward"} <= ran(cuda, lambda: close(fn, INTERP,
+                                                                        _grad_tol(F32)))
 
 
 # -- warps -----------------------------------------------------------------------------------------
@@ -321,24 +323,74 @@ def _still_works(cuda):
     assert {"Resize", "VisionBackward"} <= ran(cuda, lambda: close(fn))
 
 
-def _warp(name):
-    if name == "warp_affine":
-        return (lambda x, m: F.vision.warp_affine(x, m, (4, 7), format="NCHW")), _AFFINE
-    return (lambda x, m: F.vision.warp_perspective(x, m, (4, 7))), _PERSP[:2]
+def _grad_tol(dtype):
+    # the data gradient adds each tap's dy * weight with atomics in float32 (float64 for
+    # float64) where the CPU sums in float64: a few float32 ulps of sums of O(10) -> 1e-5; float16
+    # rounds the float32 sum once, the CPU its float64 sum: a float16 ulp (2**-10 relative)
+    return {F16: (2e-3, 2e-3), F32: (1e-5, 1e-5), F64: (1e-12, 1e-12)}[np.dtype(dtype)]
 
 
-@pytest.mark.parametrize("index", [0, 1], ids=["data", "matrix"])
-@pytest.mark.parametrize("name", ["warp_affine", "warp_perspective"])
-def test_a_warps_gradient_raises_not_implemented_naming_the_op(cuda, level, name, index):
-    warp, mat = _warp(name)
-    op = "WarpAffine" if name == "warp_affine" else "WarpPerspective"
-    err = _error(DEV, lambda: [g.numpy() for g in _grad(DEV, warp, [_X, mat], (index,))])
-    assert isinstance(err, NotImplementedError), repr(err)
-    assert f"the gradient of input {index} of {op} has no CUDA kernel" in str(err)
-    # cpu0 has those gradients; the device keeps running (its forward too)
-    at("cpu0", lambda: [g.numpy() for g in _grad("cpu0", warp, [_X, mat], (index,))])
-    assert op in ran(cuda, lambda: close(lambda d: [warp(on(d, _X), on(d, mat))]))
-    _still_works(cuda)
+def _mat_tol(dtype):
+    # the matrix gradient sums in float64 in another order than numpy, then rounds once: the
+    # CPU's bits but for a last-bit double rounding (float64: its last bits)
+    return {F32: INTERP, F64: (1e-12, 1e-11)}[np.dtype(dtype)]
+
+
+@pytest.mark.parametrize("dtype", [F32, F64, F16], ids=str)
+@pytest.mark.parametrize("interp", ["linear", "nearest"])
+@pytest.mark.parametrize("fmt", ["NHWC", "NCHW"])
+def test_warp_affine_gradients_every_border_mode(cuda, fmt, interp, dtype):
+    # both gradients through GradManager: the image's (a scatter with atomic adds) and the
+    # matrix's (deterministic sums in float64) against cpu0's
+    _need(dtype)
+    x = _image(dtype, _XH if fmt == "NHWC" else _X)
+    mat = _AFFINE.astype(F64 if dtype == F64 else F32)
+
+    def fn(d):
+        out = []
+        for k, b in enumerate(BORDER_MODES):
+            out += _grad(d, lambda x_, m_: F.vision.warp_affine(x_, m_, (4, 7), b, 3.5, fmt,
+                                                                interp), [x, mat], (0, 1),
+                         seed=30 + k)
+        return out
+    tols = [_warp_tol(dtype), _grad_tol(dtype), _mat_tol(mat.dtype)]
+    res = {}
+    assert {"WarpAffine", "VisionBackward"} <= ran(
+        cuda, lambda: res.setdefault("got", close(fn, *(tols * len(BORDER_MODES)))[0]))
+    # not vacuous: both gradients are there for every mode (nearest: the matrix's is 0)
+    assert all(np.abs(g).max() > 0.1 for g in res["got"][1::3])
+    assert all((np.abs(g).max() > 0.1) == (interp == "linear") for g in res["got"][2::3])
+
+
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("interp", ["linear", "nearest"])
+@pytest.mark.parametrize("fmt", ["NCHW", "NHWC"])
+def test_warp_perspective_gradients_every_border_mode(cuda, fmt, interp, dtype):
+    x = _image(dtype, _XH if fmt == "NHWC" else _X)
+    mat = _PERSP[:2].astype(dtype)
+
+    def fn(d):
+        out = []
+        for k, b in enumerate(BORDER_MODES):
+            out += _grad(d, lambda x_, m_: F.vision.warp_perspective(x_, m_, (4, 7), None, b, 3.5,
+                                                                     fmt, interp),
+                         [x, mat], (0, 1), seed=40 + k)
+        return out
+    tols = [_warp_tol(dtype), _grad_tol(dtype), _mat_tol(dtype)]
+    assert {"WarpPerspective", "VisionBackward"} <= ran(
+        cuda, lambda: close(fn, *(tols * len(BORDER_MODES))))
+
+
+def test_warp_perspective_gradients_with_mat_idx(cuda):
+    # two matrices sample image 1: its gradient gathers both outputs' terms; image 0's one
+    idx = np.array([1, 0, 1], np.int32)
+
+    def fn(d):
+        return _grad(d, lambda x_, m_: F.vision.warp_perspective(x_, m_, (6, 5), on(d, idx),
+                                                                 "reflect"),
+                     [_X, _PERSP], (0, 1))
+    got, _ = close(fn, INTERP, _grad_tol(F32), _mat_tol(F32))
+    assert np.abs(got[1][0]).max() > 0 and np.abs(got[1][1]).max() > 0
 
 
 # -- remap -----------------------------------------------------------------------------------------
@@ -377,14 +429,22 @@ def test_remap_map_gradient(cuda, border, interp, dtype):
     assert {"Remap", "VisionBackward"} <= ran(cuda, lambda: close(fn))
 
 
-def test_remaps_data_gradient_raises_not_implemented(cuda, level):
+@pytest.mark.parametrize("dtype", [F32, F64], ids=str)
+@pytest.mark.parametrize("interp", ["linear", "nearest"])
+def test_remap_data_gradient_every_border_mode(cuda, interp, dtype):
+    # the image's gradient: a scatter of dy * weight with atomic adds (float32 sums for float32)
+    x = _X.astype(dtype)
+    modes = ("replicate", "constant", "reflect", "reflect_101", "wrap")
+
     def fn(d):
-        return [g.numpy() for g in _grad(d, lambda x, m: F.vision.remap(x, m), [_X, _MAP])]
-    err = _error(DEV, lambda: fn(DEV))
-    assert isinstance(err, NotImplementedError), repr(err)
-    assert "the gradient of input 0 of Remap has no CUDA kernel" in str(err)
-    at("cpu0", lambda: fn("cpu0"))
-    _still_works(cuda)
+        out = []
+        for k, b in enumerate(modes):
+            for j, m in enumerate((_MAP, _MAP_ON_GRID)):
+                out += _grad(d, lambda x_, m_: F.vision.remap(x_, m_, b, 2.5, interp), [x, m],
+                             (0, 1), seed=50 + 2 * k + j)
+        return out
+    tols = [_warp_tol(dtype), _grad_tol(dtype), INTERP]
+    assert {"Remap", "VisionBackward"} <= ran(cuda, lambda: close(fn, *(tols * 10)))
 
 
 # -- cvt_color -------------------------------------------------------------------------------------

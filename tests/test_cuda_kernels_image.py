@@ -322,6 +322,9 @@ def test_the_errors_are_the_ops_and_the_cpus(host):
         run(CvtColor("RGB2GRAY"), data((1, 2, 2, 3), np.dtype("int32")))
     with pytest.raises(ValueError, match="Pad"):  # the op's rule: reflect wider than the axis
         run(Pad(((5, 0),), "reflect"), data((3,), F32))
-    op = WarpAffine("linear", "constant", "NCHW", 0.0, (2, 2))
+    # mat_idx is an index (no gradient, as in MegEngine); the warps' data and matrix gradients
+    # are image_grad.py's (tests/test_cuda_kernels_image_grad.py)
+    op = WarpPerspective("linear", "constant", "NCHW", 0.0, (2, 2))
     with pytest.raises(NotImplementedError, match="VisionBackward"):
-        run(VisionBackward(op, 0), x, _affine(1).astype(F32), data((1, 2, 2, 2), F32))
+        run(VisionBackward(op, 2), x, _perspective(1).astype(F32), np.zeros(1, np.int32),
+            data((1, 2, 2, 2), F32))
