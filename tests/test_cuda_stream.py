@@ -228,6 +228,39 @@ def test_the_caller_goes_on_while_the_stream_runs(cuda):
     np.testing.assert_array_equal(y.numpy(), ref)
 
 
+def test_a_value_is_read_when_its_event_has_passed_not_after_later_work(cuda):
+    x = mge.tensor(np.arange(6, dtype=np.float32), device=DEV)
+    loss = x * 3 + 1
+    np.testing.assert_array_equal(loss.numpy(), np.arange(6) * 3 + 1)
+    with cuda.backend.stream.hold():
+        step = loss * 0.5 - x  # queued on the stream after loss's producer ...
+        mge._sync()
+        assert cuda.backend.stream.pending > 0
+        np.testing.assert_array_equal(loss.numpy(), np.arange(6) * 3 + 1)  # ... not waited for
+        assert cuda.backend.stream.pending > 0
+    np.testing.assert_array_equal(step.numpy(), (np.arange(6) * 3 + 1) * 0.5 - np.arange(6))
+
+
+def test_a_kernels_failure_is_the_next_reads_async_error_and_nothing_is_lost(cuda):
+    x = mge.tensor(np.ones(8, np.float32), device=DEV)
+    y = x + 1
+    mge._sync()
+
+    def fault():
+        raise ValueError("an out-of-bounds write (emulated)")
+
+    cuda.backend.stream.submit(fault, "kernel mge_bad")
+    z = y * 2  # its event is after the failure: reading it waits past it
+    with pytest.raises(AsyncError) as err:
+        z.numpy()
+    assert "kernel mge_bad failed asynchronously" in str(err.value)
+    assert isinstance(err.value.__cause__, AsyncKernelError)
+    assert isinstance(err.value.__cause__.__cause__, ValueError)
+    np.testing.assert_array_equal(z.numpy(), 4.0)  # reported once; the values are still there
+    np.testing.assert_array_equal(y.numpy(), 2.0)
+    mge._full_sync()
+
+
 def test_full_sync_waits_for_the_device(cuda):
     x = mge.tensor(np.ones(4096, np.float32), device=DEV)
     opened = _gate(cuda.backend.stream)

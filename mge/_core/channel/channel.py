@@ -36,6 +36,7 @@ import cython
 
 from .. import _accel
 from ..device import as_device
+from ..device.base import DeviceAsyncError
 from ..device.registry import synchronize_devices
 from ..device.cpu.blas import INFO as _BLAS_INFO, install as _install_blas
 from ..ops.base import INFER
@@ -254,7 +255,12 @@ class Channel(LockedCalls, Executor, SwapDrop, DtrMechanism, Introspection):
         if type(impl) is CpuDevice:
             cpu: CpuDevice = impl
             return cpu.to_host(value)
-        return impl.to_host(value)
+        try:
+            return impl.to_host(value)
+        except DeviceAsyncError as e:  # what failed on the device since: the channel's error
+            with self.cv:
+                self.errors.append(e)
+                self._raise_errors()
 
     def get_shape(self, info):
         """The shape; waits only when the op's rule could not tell it."""

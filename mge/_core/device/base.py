@@ -41,7 +41,13 @@ channel's ``MemoryStats`` from ``storage``.
 
 import abc
 
-__all__ = ["Device"]
+__all__ = ["Device", "DeviceAsyncError"]
+
+
+class DeviceAsyncError(RuntimeError):
+    """Work that a device ran after ``execute`` returned (a GPU's kernel) failed; raised at the
+    next wait on the device (``to_host``, ``synchronize``).  The channel reports it as an
+    ``AsyncError`` whose cause it is."""
 
 
 class Device(abc.ABC):

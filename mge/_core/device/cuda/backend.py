@@ -18,8 +18,9 @@ thread; a backend serialises what must be serialised):
   of ``pool.py``'s ``CachingPool`` (the device allocates only through its pool);
   ``mem_info() -> (total, free)``;
 * copies: ``copy_htod(address, host_array)``, ``copy_dtoh(host_array, address)`` (a C-contiguous
-  host array; both return once the host array may be reused or read), ``copy_dtod(dst, src,
-  nbytes)``, ``memset(address, byte, nbytes)`` (ordered on the backend's stream);
+  host array; both return once the host array may be reused or read), ``copy_dtoh_ready``
+  (the same for bytes whose event has passed: it does not wait for later work), ``copy_dtod(dst,
+  src, nbytes)``, ``memset(address, byte, nbytes)`` (ordered on the backend's stream);
 * kernels: ``load(kernels) -> module`` (a list of ``KernelSource``-like objects: ``name``,
   ``parts``, ``params``; one module for all of them), ``launch(module, name, grid, block, args,
   shared_bytes=0)`` with ``args`` one Python value per declared parameter (``marshal_args``);
@@ -134,6 +135,12 @@ class Backend(AddressSpace):
         returns when the bytes are there."""
         raise NotImplementedError(f"{type(self).__name__}.copy_dtoh")
 
+    def copy_dtoh_ready(self, host_array, address):
+        """``copy_dtoh`` of bytes whose writer has finished (its event has passed), without
+        waiting for the work issued after it: a GPU copies on a second stream.  By default (a
+        backend whose work runs at once) it is ``copy_dtoh``."""
+        self.copy_dtoh(host_array, address)
+
     def copy_dtod(self, dst, src, nbytes):
         """Copy ``nbytes`` bytes from ``src`` to ``dst`` (device addresses; not overlapping)."""
         raise NotImplementedError(f"{type(self).__name__}.copy_dtod")
@@ -157,8 +164,9 @@ class Backend(AddressSpace):
         device addresses ``a``, ``b``, ``c`` of its operands."""
         raise NotImplementedError(f"{type(self).__name__}.gemm")
 
-    def event(self):
-        """A new ``Event`` of this backend."""
+    def event(self, timing=True):
+        """A new ``Event`` of this backend (``timing=False``: one only waited for, which a GPU
+        records more cheaply)."""
         return Event()
 
     def synchronize(self):

@@ -19,7 +19,14 @@ copies (a read-only array; a strided view copies only the bytes it spans).
 
 **Ordering.**  Every copy and kernel goes to the backend's one stream, in the order the channel
 issues them, so a freed block may serve the next allocation at once (the next kernel runs after
-every earlier use of the memory) and ``to_host`` waits only for the copy it makes.
+every earlier use of the memory).  On an asynchronous backend (a GPU) the host does not wait
+for that work: the channel's worker issues an op and goes on, and the caller's Python runs
+ahead of the GPU.  A value is known to be ready through an event: ``execute`` and ``from_host``
+record one after the work that writes their buffers (``CudaBuffer.ready``), and ``to_host``
+waits for that event only, then copies on the backend's second stream
+(``copy_dtoh_ready``) -- so reading a loss does not wait for the optimizer step queued after
+it.  That is sound because nothing later on the stream writes a live buffer: an op writes
+in place only into an input whose tensor it freed (``reuse``), which nobody can read any more.
 
 **The kernel door.**  ``execute`` looks the op's class up in ``launch.CUDA_KERNELS`` (then its
 base classes); an op without a launcher raises ``NotImplementedError`` naming the op and the
@@ -89,7 +96,8 @@ class CudaBuffer:
     block, shared by views), ``base`` (the root buffer of a view; ``None`` for a root), ``shape``,
     ``dtype``, ``offset`` (bytes into the block) and ``strides`` (elements)."""
 
-    __slots__ = ("device", "block", "base", "shape", "dtype", "offset", "strides", "__weakref__")
+    __slots__ = ("device", "block", "base", "shape", "dtype", "offset", "strides", "ready",
+                 "__weakref__")
 
     def __init__(self, device, block, shape, dtype, offset=0, strides=None, base=None):
         self.device = device
@@ -99,6 +107,7 @@ class CudaBuffer:
         self.dtype = dtype
         self.offset = offset
         self.strides = dense_strides(self.shape) if strides is None else tuple(strides)
+        self.ready = None  # on an asynchronous device: the event after the work that wrote it
 
     @property
     def address(self):
@@ -295,22 +304,28 @@ class CudaDevice(Device):
             raise TypeError(f"{self.name}: cannot hold an array of dtype {array.dtype}")
         buf = self.empty(array.shape, array.dtype)
         self.backend.copy_htod(buf.address, array)
+        if self.backend.asynchronous:
+            buf.ready = self.backend.event(timing=False).record()
         return buf
 
     def to_host(self, buffer):
         """The value as a read-only host array (a copy; for a view, of the bytes it spans)."""
         self._check(buffer, "to_host")
         dtype, shape = buffer.dtype, buffer.shape
+        copy = self.backend.copy_dtoh
+        if buffer.ready is not None and buffer.size:  # wait for its writer only
+            buffer.ready.synchronize()
+            copy = self.backend.copy_dtoh_ready
         if buffer.size == 0:
             out = np.empty(shape, dtype)
         elif buffer.is_contiguous:
             out = np.empty(shape, dtype)
-            self.backend.copy_dtoh(out, buffer.address)
+            copy(out, buffer.address)
         else:
             lo = sum((n - 1) * s for n, s in zip(shape, buffer.strides) if s < 0)
             hi = sum((n - 1) * s for n, s in zip(shape, buffer.strides) if s > 0)
             raw = np.empty(hi - lo + 1, dtype)
-            self.backend.copy_dtoh(raw, buffer.address + lo * dtype.itemsize)
+            copy(raw, buffer.address + lo * dtype.itemsize)
             out = np.lib.stride_tricks.as_strided(
                 raw[-lo:], shape, tuple(s * dtype.itemsize for s in buffer.strides))
         out.flags.writeable = False
@@ -440,7 +455,12 @@ class CudaDevice(Device):
             raise
         del args
         self.executed[op.name] += 1
-        return self._checked(op, outs, descs)
+        outs = self._checked(op, outs, descs)
+        if self.backend.asynchronous and outs:
+            ready = self.backend.event(timing=False).record()
+            for buf in outs:
+                buf.ready = ready
+        return outs
 
     def _checked(self, op, outs, descs):
         if type(outs) is not tuple and type(outs) is not list:

@@ -240,6 +240,20 @@ class HostBackend(Backend):
                 self.stream.wait_for(ticket)  # the caller reads the bytes next
             self.dtoh_bytes += n
 
+    def copy_dtoh_ready(self, host_array, address):
+        """``copy_dtoh`` of bytes that are ready (their writer's event has passed): copied now,
+        whatever the stream still has queued (a GPU copies them on a second stream)."""
+        if not self.asynchronous:
+            return self.copy_dtoh(host_array, address)
+        if not isinstance(host_array, np.ndarray) or not host_array.flags.writeable:
+            raise TypeError("copy_dtoh_ready: the destination must be a writeable numpy array")
+        host_array = _contiguous(host_array, "copy_dtoh_ready")
+        n = host_array.nbytes
+        if n:
+            self.check_range(address, n, "copy_dtoh_ready")
+            ctypes.memmove(host_array.ctypes.data, int(address), n)
+            self.dtoh_bytes += n
+
     def copy_dtod(self, dst, src, nbytes):
         """Copy ``nbytes`` from ``src`` to ``dst``."""
         if nbytes:
@@ -358,8 +372,9 @@ class HostBackend(Backend):
                                                (stride * isz, isz, ld * isz))
 
     # -- ordering --------------------------------------------------------------------------------
-    def event(self):
-        """An ``Event``: a ``HostEvent`` on the stream when asynchronous, else immediate."""
+    def event(self, timing=True):
+        """An ``Event``: a ``HostEvent`` on the stream when asynchronous, else immediate (every
+        host event has a time: ``timing`` changes nothing here)."""
         return HostEvent(self.stream) if self.asynchronous else Event()
 
 

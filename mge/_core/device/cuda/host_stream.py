@@ -34,6 +34,7 @@ import threading
 import time
 import weakref
 
+from ..base import DeviceAsyncError
 from .backend import Event, Stream
 
 __all__ = ["HostStream", "HostEvent", "AsyncKernelError"]
@@ -41,7 +42,7 @@ __all__ = ["HostStream", "HostEvent", "AsyncKernelError"]
 _clock = time.perf_counter_ns
 
 
-class AsyncKernelError(RuntimeError):
+class AsyncKernelError(DeviceAsyncError):
     """Work that ran asynchronously on a stream failed; raised at the next wait on the stream
     (``__cause__`` is the original error, ``what`` names the work)."""
 

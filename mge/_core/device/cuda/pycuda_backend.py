@@ -96,11 +96,12 @@ class PycudaStream(Stream):
 class PycudaEvent(Event):
     """A pycuda ``Event`` in the backend's interface."""
 
-    def __init__(self, backend):
+    def __init__(self, backend, timing=True):
         super().__init__()
         self.backend = backend
         with backend.context():
-            self.raw = backend.cuda.Event()
+            flags = 0 if timing else backend.cuda.event_flags.DISABLE_TIMING
+            self.raw = backend.cuda.Event(flags)
 
     def record(self, stream=None):
         stream = stream or self.backend.stream
@@ -149,6 +150,7 @@ class PycudaBackend(Backend):
         self._staging = None                # page-locked bytes, grown on demand
         self._staged = None                 # event after the staging buffer's last copy
         self._cublas = None
+        self._copies = None                 # the stream of copy_dtoh_ready
         with self.context():
             self.stream = PycudaStream(self, self.cuda.Stream())
 
@@ -213,6 +215,31 @@ class PycudaBackend(Backend):
                 self.cuda.memcpy_dtoh_async(host_array, int(address), self.stream.raw)
                 self.stream.raw.synchronize()
 
+    def _copy_stream(self):
+        # the second stream of ``copy_dtoh_ready`` (made on first use)
+        if self._copies is None:
+            with self.context():
+                self._copies = PycudaStream(self, self.cuda.Stream())
+        return self._copies
+
+    def copy_dtoh_ready(self, host_array, address):
+        """A device-to-host copy of bytes whose writer's event has passed, on a second stream:
+        it does not wait for the kernels queued after that writer."""
+        n = host_array.nbytes
+        if not n:
+            return
+        copies = self._copy_stream()
+        with self.context():
+            if n >= self.pinned_threshold:
+                with self._lock:
+                    stage = self._stage(n)
+                    self.cuda.memcpy_dtoh_async(stage, int(address), copies.raw)
+                    copies.raw.synchronize()
+                    host_array.reshape(-1).view(np.uint8)[:] = stage
+            else:
+                self.cuda.memcpy_dtoh_async(host_array, int(address), copies.raw)
+                copies.raw.synchronize()
+
     def copy_dtod(self, dst, src, nbytes):
         if nbytes:
             with self.context():
@@ -265,8 +292,8 @@ class PycudaBackend(Backend):
                               status_name(status), "cublasGemmStridedBatchedEx")
 
     # -- ordering --------------------------------------------------------------------------------
-    def event(self):
-        return PycudaEvent(self)
+    def event(self, timing=True):
+        return PycudaEvent(self, timing)
 
     def synchronize(self):
         with self.context():
