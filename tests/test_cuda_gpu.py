@@ -543,6 +543,63 @@ def test_values_are_ready_after_a_sync():
     assert z.item() == 1024 * 1024
 
 
+def _stream_of(dev):
+    from mge._core.device import as_device
+    impl = as_device(dev).impl
+    if not getattr(impl, "asynchronous", False):
+        pytest.skip(f"{dev}'s kernels run when issued: nothing to overlap")
+    return impl.backend.stream
+
+
+def _heavy(a, n=20):
+    # ~2.7 TFLOP for 4096 x 4096: tens of milliseconds of GPU work, issued in about one
+    y = a
+    for _ in range(n):
+        y = F.matmul(y, a) * (1 / 64)
+    return y
+
+
+def test_the_caller_runs_ahead_of_the_gpu():
+    stream = _stream_of(DEV)
+    a = on(DEV, randn(4096, 4096))
+    mge._full_sync()
+    y = _heavy(a)
+    mge._sync()                # every op issued ...
+    assert not stream.query()  # ... and the GPU still running them
+    mge._full_sync()
+    assert stream.query()
+    assert np.isfinite(y.numpy()).all()
+
+
+def test_reading_a_ready_value_does_not_wait_for_later_work():
+    stream = _stream_of(DEV)
+    a = on(DEV, randn(4096, 4096))
+    loss = F.sum(a * a)
+    mge._full_sync()
+    y = _heavy(a)              # queued after loss's producer
+    mge._sync()
+    value = loss.item()        # waits for loss's event only, copies on the second stream
+    assert not stream.query()  # the heavy chain is still running
+    np.testing.assert_allclose(value, float((a.numpy().astype("float64") ** 2).sum()), rtol=1e-4)
+    del y
+
+
+def test_the_profiler_records_the_gpus_kernel_times(tmp_path):
+    _stream_of(DEV)
+    from mge.utils.profiler import Profiler
+    a = on(DEV, randn(2048, 2048))
+    F.matmul(a, a).numpy()
+    with Profiler(path=str(tmp_path)) as prof:
+        F.matmul(a, a).numpy()
+    rec = prof.recorder
+    spans = [e for e in rec.events if e[3] == "device"]
+    names = [e[4] for e in spans if e[0] == "B"]
+    assert "MatrixMul" in names
+    begin = next(e[1] for e in spans if e[0] == "B" and e[4] == "MatrixMul")
+    end = next(e[1] for e in spans if e[0] == "E" and e[4] == "MatrixMul")
+    assert end > begin  # a 17 GFLOP product takes device time
+
+
 def test_an_asynchronous_kernel_error_surfaces_at_the_next_sync():
     x = on(DEV, np.arange(20, dtype="float32").reshape(4, 5))
     bad = on(DEV, np.array([0, 1, 7, 2], dtype="int32"))   # 7 is out of range for 5 columns
