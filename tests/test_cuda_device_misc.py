@@ -1,9 +1,11 @@
 """The small ops of ``kernels/misc.py`` and the new RNG ops of ``kernels/rng.py`` on the CUDA
 device (``cudahost0``: the device's code over the host backend), through the public API, against
 ``cpu0``: ``F.one_hot``, ``F.dot``, ``F.matinv``, the grad scaler's ``check_non_finite``,
-``F.utils._assert_equal`` and ``mge.random.poisson``/``permutation``/``shuffle`` -- each checked
-to have run on the device (``ran``), errors with the CPU device's exceptions and messages at
-async levels 0 and 2, and ``SVD`` still refused with a ``NotImplementedError``.
+``F.utils._assert_equal``, ``mge.random.poisson``/``permutation``/``shuffle`` and ``F.svd``
+(``kernels/linalg.py``) -- each checked to have run on the device (``ran``), errors with the CPU
+device's exceptions and messages at async levels 0 and 2.  ``F.svd`` is compared with numpy
+invariantly (singular vectors are unique only up to sign): ``U diag(S) Vh`` against the input,
+``S`` against numpy's, ``U`` and ``V`` orthonormal.
 
 Without g++ the tests are skipped with the reason, except under ``CI``.  Host compute is off, so
 every op runs the device's kernels.
@@ -128,6 +130,53 @@ def test_random_permutations_poisson_and_shuffles_run_on_the_device(cuda):
     np.testing.assert_array_equal(v[:, 1:] - v[:, :1], np.tile([1, 2], (10, 1)))
 
 
-def test_svd_still_has_no_kernel(cuda):
-    msg = _raises(lambda: F.svd(on(DEV, np.eye(3, dtype=np.float32)))[1], NotImplementedError)
-    assert "SVD has no CUDA kernel" in msg
+def _is_svd_of(x, u, s, vh, tol):
+    """``(u, s, vh)`` is an SVD of ``x`` (float64 arrays): ``s`` numpy's within ``tol * s[0]``,
+    ``u[..., :k] diag(s) vh[..., :k, :]`` is ``x`` within the same, ``u``/``vh`` orthonormal
+    within ``tol``."""
+    ref = np.linalg.svd(x, compute_uv=False)
+    scale = ref[..., :1]
+    assert (np.abs(s - ref) <= tol * scale).all(), (s, ref)
+    k = s.shape[-1]
+    rec = (u[..., :, :k] * s[..., None, :]) @ vh[..., :k, :]
+    assert (np.abs(rec - x) <= tol * scale[..., None]).all(), np.abs(rec - x).max()
+    for q in (np.swapaxes(u, -1, -2) @ u, vh @ np.swapaxes(vh, -1, -2)):
+        assert np.abs(q - np.eye(q.shape[-1])).max() <= tol
+
+
+def test_svd_runs_on_the_device_and_is_an_svd(cuda):
+    # float32: Jacobi's rounding over a few hundred rotations is some 1e-6 of S[0] (the kernel
+    # tests' bounds, kernels/linalg.py's DIFFERENCES); 1e-4 leaves room; float64 1e-12
+    r = np.random.default_rng(1)
+    x = r.standard_normal((3, 6, 4)).astype(np.float32)
+    names = ran(cuda, lambda: [t.numpy() for t in F.svd(on(DEV, x))])
+    assert "SVD" in names
+    for a, tol in ((x, 1e-4), (x.transpose(0, 2, 1), 1e-4),  # m >= n and m < n
+                   (r.standard_normal((5, 5)), 1e-12),
+                   (r.standard_normal((4, 2)) @ r.standard_normal((2, 4)), 1e-12)):  # rank 2
+        for full in (False, True):
+            got, ref = both(lambda d: list(F.svd(on(d, a), full_matrices=full)))
+            u, s, vh = (g.astype(np.float64) for g in got)
+            _is_svd_of(np.asarray(a, np.float64), u, s, vh, tol)
+        got, ref = both(lambda d: [F.svd(on(d, a), compute_uv=False)])
+        np.testing.assert_allclose(got[0], ref[0], rtol=0, atol=tol * float(ref[0].max()))
+    # int input answers in float32, float16 in float16 (as on cpu0); empty batches and k = 0
+    got, ref = both(lambda d: list(F.svd(on(d, np.arange(6, dtype=np.int32).reshape(2, 3)))))
+    _is_svd_of(np.arange(6.0).reshape(2, 3), *(g.astype(np.float64) for g in got), 1e-5)
+    got, ref = both(lambda d: list(F.svd(on(d, x.astype(np.float16)))))
+    _is_svd_of(x.astype(np.float16).astype(np.float64), *(g.astype(np.float64) for g in got),
+               1e-2)
+    for shape in ((0, 3, 2), (2, 0, 3), (3, 0)):
+        got, ref = both(lambda d: list(F.svd(on(d, np.zeros(shape, np.float32)),
+                                             full_matrices=True)))
+        for g, w in zip(got, ref):
+            np.testing.assert_array_equal(g, w)
+
+
+def test_svd_of_a_nan_raises_the_cpu_devices_error(cuda, level):
+    x = np.array([[[1.0, np.nan], [2.0, 3.0]]], np.float32)
+    for uv in (True, False):
+        def fn(d):
+            out = F.svd(on(d, x), compute_uv=uv)
+            return out[1] if uv else out
+        assert _raises(lambda: fn(DEV), ValueError) == _raises(lambda: fn("cpu0"), ValueError)

@@ -36,9 +36,8 @@ threads and barriers there).
   is singular (input shape S): Singular matrix")``.  ``n`` up to ``MAX_MATINV`` (64: 32 KiB of
   doubles); beyond, the plan raises ``NotImplementedError`` naming the op and ``n``.
 
-``SVD`` has no kernel: it is not in ``PLANS``, so the CUDA device raises its
-``NotImplementedError`` ("SVD has no CUDA kernel yet ...; move its inputs to the CPU") -- see
-``NOT_DONE``.
+``SVD`` (one-sided Jacobi, a block per matrix) is ``linalg.py``'s: the family of linear algebra
+that is no product.
 
 **Plans.**  ``PLANS[type(op)](op, ins, outs)`` first runs the op's own shape/dtype rule on
 ``ins`` (its errors name the op, shapes and dtypes; ``outs`` must be what it gives) and refuses a
@@ -73,8 +72,8 @@ DOT_BLOCKS = 256
 MAX_MATINV = 64
 #: NVRTC flags (elemwise.py's: no contraction into fused multiply-adds).
 NVRTC_OPTIONS = ("--fmad=false",)
-#: The ops of this group the CUDA device has no kernel for.
-NOT_DONE = ("SVD",)
+#: The ops of this group the CUDA device has no kernel for (SVD's is in ``linalg.py``).
+NOT_DONE = ()
 
 DIFFERENCES = """\
 * Dot sums in a tree of threads and blocks (float16/float32 in float, float64 in double); numpy
@@ -84,7 +83,6 @@ DIFFERENCES = """\
   the same pivots, other rounding (a few ulp times the condition number).  A matrix is singular
   where the pivot is exactly 0, as LAPACK decides; a nearly singular matrix whose rounding gives
   a zero pivot in one method and not the other is judged differently.  n is at most 64.
-* SVD does not run on the CUDA device (NotImplementedError).
 """
 
 _B = np.dtype("bool")
