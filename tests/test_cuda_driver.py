@@ -294,15 +294,29 @@ def test_query_errors(monkeypatch):
         D.get_cuda_compute_capability("gpu0")
 
 
+def test_the_unverified_device_is_off_unless_asked_for():
+    """Off by default; ``MGE_CUDA_UNVERIFIED=1`` (what ``benchmarks/gpu/run.sh`` sets) turns it
+    on, for its first runs on a GPU."""
+    import subprocess
+    import sys
+    code = "from mge._core.device.cuda import driver; print(driver.DEVICE_IMPLEMENTED)"
+    env = {k: v for k, v in os.environ.items() if k != "MGE_CUDA_UNVERIFIED"}
+    off = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True)
+    on = subprocess.run([sys.executable, "-c", code], env=dict(env, MGE_CUDA_UNVERIFIED="1"),
+                        capture_output=True, text=True)
+    assert (off.stdout.strip(), on.stdout.strip()) == ("False", "True"), off.stderr + on.stderr
+
+
 def test_gpu_not_implemented_yet(monkeypatch):
     """A GPU is there, but mge's CUDA device is not written: ``gpu0`` raises NotImplementedError
     (issue 16), ``is_cuda_available()`` is False and ``xpux`` is the CPU; an index beyond the
     GPUs says how many there are."""
-    assert driver.DEVICE_IMPLEMENTED is False
+    monkeypatch.setattr(driver, "DEVICE_IMPLEMENTED", False)
     fake_pycuda(monkeypatch)
     for name in ("gpu0", "cuda1", "gpux"):
         msg = _raises(lambda: D.as_device(name), NotImplementedError)
         assert msg.startswith(f"device {name!r}: gpu") and "see issue 16" in msg
+        assert "MGE_CUDA_UNVERIFIED=1" in msg
     assert "gpu1 (NVIDIA H100) is there" in _raises(
         lambda: mge.tensor([1.0], device="gpu1"), NotImplementedError)
     assert not D.is_cuda_available()
@@ -316,6 +330,7 @@ def test_gpu_not_implemented_yet(monkeypatch):
 def test_available_needs_the_device_and_a_gpu(monkeypatch):
     """``is_cuda_available()`` is "implemented and a GPU found"; while the device is not
     implemented it probes nothing (so it imports no pycuda)."""
+    monkeypatch.setattr(driver, "DEVICE_IMPLEMENTED", False)
     drv = fake_pycuda(monkeypatch)
     assert not D.is_cuda_available() and drv.calls == []
     monkeypatch.setattr(driver, "DEVICE_IMPLEMENTED", True)

@@ -57,6 +57,9 @@ LOG=$RES/run.log
 : >"$RES/steps.tsv"
 exec > >(tee -a "$LOG") 2>&1
 export PYTHONUNBUFFERED=1 PIP_DISABLE_PIP_VERSION_CHECK=1 PIP_NO_INPUT=1 PIP_NO_CACHE_DIR=1
+# the CUDA device is off until it has passed on a GPU (driver.DEVICE_IMPLEMENTED): this script
+# is where it first runs there
+export MGE_CUDA_UNVERIFIED=1
 
 # Seconds each later step keeps in reserve (the minimum it is allowed), and the caps.
 TABLE_RESERVE=15
