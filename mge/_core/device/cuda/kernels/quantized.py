@@ -116,7 +116,7 @@ from .elemwise import _plan as _elemwise_plan
 from .elemwise import (SUPPORTED_DTYPES, KernelSource, _code, _ctype, _load,
                        _scalar_function, _storage, _store, _to_compute, elemwise_out_dtype,
                        index_bits_for, pack_layout, simplify_layout)
-from .launch import THREADS, Buf, Launch, Plan, Workspace, grid_for
+from .launch import THREADS, Buf, Launch, Plan, Workspace, dense_strides, grid_for
 from .norm import _rule
 
 __all__ = ["NVRTC_OPTIONS", "NOT_DONE", "DIFFERENCES", "PLAIN_DTYPES", "QUANT_STORAGE",
@@ -259,8 +259,9 @@ template <class SA, class SB, class V, class TT, class TA, class EP, int RM, int
 MGE_BLOCK_FN void mge_qgemm(const SA* A, const SB* B, typename EP::O* C, const double* bias,
                             const mge_qgemm_shape& s, const mge_qout& p)
 {
-    MGE_SHARED V as[MGE_QG_KT][16 * RM];
-    MGE_SHARED V bs[MGE_QG_KT][16 * RN];
+    /* rows padded by one: a tile loaded k-fastest stores to distinct banks */
+    MGE_SHARED V as[MGE_QG_KT][16 * RM + 1];
+    MGE_SHARED V bs[MGE_QG_KT][16 * RN + 1];
     MGE_Q_REGS(TA, acc, RM * RN)
     const int TM = 16 * RM, TN = 16 * RN, KTILE = MGE_QG_KT;
     const long long tiles_m = (s.M + TM - 1) / TM, tiles_n = (s.N + TN - 1) / TN;
@@ -522,7 +523,8 @@ def _quantize_expr(expr, src, spec, params):
     ctype = _ctype(prec)
     names = [params.add(ctype, _param_scalar(_rounded(x, prec), prec), h) for x, h in
              ((spec[1], "qs"), (spec[2] or 0, "qzp"), (lo, "qlo"), (hi, "qhi"))]
-    return f"mge_q_quantize<{_PREC[prec]}, {_storage(qspec_storage(spec))}>({v}, {', '.join(names)})"
+    storage = _storage(qspec_storage(spec))
+    return f"mge_q_quantize<{_PREC[prec]}, {storage}>({v}, {', '.join(names)})"
 
 
 def _astype_expr(expr, src, dst):
@@ -618,7 +620,7 @@ def qtypecvt_kernel(src, dtype, stored, contiguous=True, index_bits=64):
     return _qtypecvt_kernel(src, dtype, np.dtype(stored), bool(contiguous), index_bits)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)  # (keyed by the scales too; the text is not)
 def _qtypecvt_kernel(src, dtype, stored, contiguous, index_bits):
     params = _Params()
     target = _target(dtype)
@@ -640,7 +642,7 @@ def qelemwise_kernel(op, stored, contiguous=True, index_bits=64):
                              index_bits)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)
 def _qelemwise_kernel(op, stored, contiguous, index_bits):
     params = _Params()
     spec = op.dtype
@@ -721,7 +723,7 @@ def elemwise_multi_type_kernel(op, stored, out_dtype, contiguous=True, index_bit
                        bool(contiguous), index_bits)
 
 
-@functools.lru_cache(maxsize=None)
+@functools.lru_cache(maxsize=4096)
 def _emt_kernel(op, stored, out_dtype, contiguous, index_bits):
     params = _Params()
     steps = _Steps()
@@ -941,23 +943,15 @@ def _broadcast_layout(out_shape, ins):
     if all(tuple(i.shape) == out_shape for i in ins):
         return True, math.prod(out_shape), None, 64
     nd = len(out_shape)
-    strides = [_dense(out_shape)]
+    strides = [dense_strides(out_shape)]
     for i in ins:
         shape = (1,) * (nd - len(i.shape)) + tuple(i.shape)
-        dense = _dense(shape)
+        dense = dense_strides(shape)
         strides.append(tuple(0 if s == 1 and o != 1 else st
                              for s, o, st in zip(shape, out_shape, dense)))
     shape, strides = simplify_layout(out_shape, strides)
     bits = index_bits_for(shape, strides)
     return False, math.prod(out_shape), pack_layout(shape, strides, bits), bits
-
-
-def _dense(shape):
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(int(n), 1)
-    return tuple(reversed(strides))
 
 
 def _ew_launch(make, out_shape, ins):
