@@ -5,8 +5,8 @@ code over the host backend), through the public API, against ``cpu0`` bit for bi
 ``_elemwise_multi_type``), the modules of ``mge.module.quantized`` (``Linear``, ``LinearRelu``,
 ``Elemwise``, ``BatchMatMulActivation``, ``Conv2d``/``ConvRelu2d`` with a padding mode,
 ``ConvTranspose2d``, ``Concat``, the stubs) and a network quantized from QAT -- each checked to
-have run on the device (``ran``), the outputs' quantized dtypes kept, and errors raised as on
-the CPU at async levels 0 and 2.
+have run on the device (``ran``), the outputs' quantized dtypes kept, the network traced too,
+and errors raised as on the CPU at async levels 0 and 2.
 
 Without g++ the tests are skipped with the reason, except under ``CI``.  Host compute is off, so
 every op runs the device's kernels.
@@ -24,6 +24,7 @@ from mge._core.ops.quantized import QuantizedTypeCvt, float_mode, qspec
 from mge.core import AsyncError
 from mge.core.tensor import dtype as D
 from mge.functional import quantized as Q
+from mge.jit import trace
 from mge.quantization.quantize import quantize, quantize_qat
 
 from cuda_device_fixtures import DEV, at, both, cuda, level, on  # noqa: F401 (fixtures by name)
@@ -265,6 +266,14 @@ def test_a_network_quantized_from_qat_equals_the_cpu(cuda):
             "QuantizedElemwise", "ElemwiseMultiType", "QuantizedTypeCvt"} <= names, names
     assert got[0].dtype == F32 and np.abs(got[0]).max() > 0
     _same(got, ref)
+    # traced (op-by-op replays on this device) as eagerly
+    dev_net = _moved(net, DEV)
+    for symbolic in (False, True):
+        f = trace(dev_net, symbolic=symbolic, capture_as_const=True)
+        for _ in range(2):
+            out = at(DEV, lambda: f(on(DEV, x)))
+            assert out.device == DEV
+            np.testing.assert_array_equal(out.numpy(), got[0])
 
 
 # -- errors ---------------------------------------------------------------------------------------
