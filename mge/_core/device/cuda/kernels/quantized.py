@@ -54,15 +54,20 @@ plan's choice from the operands' value bounds:
   largest products fit), each tile's sum added into int64 accumulators.  Every 8-bit operand pair
   (qint8, quint8, qint4...) takes this mode: exact for any K, as the CPU's float64 sums are exact
   (every partial sum below 2**53).
-* ``f64`` -- values, products and sums in float64, the CPU's own precision: a qint32 operand (or a
-  zero point beyond 16 bits), whose products the CPU's float64 rounds too.
+* ``f64`` -- values, products and sums in float64, the CPU's own precision: a qint32 operand (or
+  a zero point so far out that 16 products could pass int32), whose products the CPU's float64
+  may round too.
 
 The accumulators of a thread cross the K-loop's barriers: on the GPU they are registers
-(``MGE_Q_REGS``: ``T name[1][count]``), on the host one slot per emulated thread.  The epilogue
+(``MGE_Q_REGS``: ``T name[1][count]``), on the host one slot per emulated thread.  The shared
+tiles' rows are padded by one element, so a tile loaded k-fastest (a row-major ``A``) stores to
+distinct banks.  The epilogue
 (``mge_qep_*``) is the CPU's ``_from_acc``: the bias added (float64), ``relu``, saturation to
 int32, then the accumulator's conversion to the output (none for the accumulator's own qspec;
 dequantize with the accumulator's scale, then quantize or ``astype``) -- or the raw accumulator
-(``mge_qep_raw``: the transposed convolution's columns).  Tile shapes: ``4x4`` (64 x 64) in
+(``mge_qep_raw``: the transposed convolution's columns); the conversion is an out-of-line call
+(``MGE_Q_COLD``: it runs once per output, and inlined in every unrolled store it would make the
+kernel several times larger and slower to compile).  Tile shapes: ``4x4`` (64 x 64) in
 general, ``1x16`` (16 x 256) for ``M <= 16`` (depthwise and narrow convs), ``16x1`` (256 x 16)
 for ``N <= 16`` (matrix-vector products).
 
@@ -89,6 +94,12 @@ The convolutions reuse ``conv.py``'s geometry: ``pack_window``'s ``mge_window`` 
 prelude), ``batch_chunks`` (a batch cut so the columns stay under ``workspace_limit`` bytes) and
 ``launch_index_bits`` (32-bit index variants whenever they fit; ``index_bits=64`` asks for the
 64-bit ones).
+
+**Speed.**  Correctness first: the GEMM is a plain shared-memory tiling on the integer (or
+float64) pipes -- no ``dp4a``, no tensor-core IMMA, no double-buffered tiles -- and the
+transposed convolution's columns are 8-byte accumulators.  Each K-tile of a 64 x 64 tile costs
+two 16 x 64 loads for 4096 multiply-adds, so the kernels are bound by the integer throughput, not
+by memory; the elementwise kernels are one pass over their data.
 
 **Plans.**  ``PLANS[type(op)](op, ins, outs)`` first runs the op's own shape/dtype rule on ``ins``
 (its errors name the op, shapes and dtypes; ``outs`` must be what it gives), then refuses what the
