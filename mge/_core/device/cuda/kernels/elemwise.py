@@ -657,10 +657,27 @@ def _elemwise_kernel(mode, ins, out, contiguous, index_bits):
     return _kernel(name, ((fn, fn_text),), ins, out, contiguous, index_bits, element)
 
 
+# Dtypes the kernels only move (no arithmetic): their conversion to themselves -- the device's
+# relayout, a Fill -- is a copy of their words, as the integer of their size.
+_MOVED_AS = {np.dtype("complex64"): np.dtype("int64")}
+
+
+def _moved_as(src_dtype, dst_dtype):
+    """The integer dtype a conversion of a moved-only dtype to itself copies as; else ``None``."""
+    try:
+        src, dst = np.dtype(src_dtype), np.dtype(dst_dtype)
+    except TypeError:
+        return None  # (``_dtypes`` names it)
+    return _MOVED_AS.get(src) if src == dst else None
+
+
 def typecvt_kernel(src_dtype, dst_dtype, contiguous=True, index_bits=64):
     """The CUDA kernel of ``TypeCvt``: numpy's ``astype`` from ``src_dtype`` to ``dst_dtype``
-    (see ``DIFFERENCES`` for values out of an integer's range).  A ``TypeError`` names unsupported
-    dtypes."""
+    (see ``DIFFERENCES`` for values out of an integer's range); complex64 to itself is the copy
+    of its 8-byte words (the int64 kernel).  A ``TypeError`` names unsupported dtypes."""
+    moved = _moved_as(src_dtype, dst_dtype)
+    if moved is not None:
+        src_dtype = dst_dtype = moved
     src, dst = _dtypes("TypeCvt kernel", [src_dtype, dst_dtype])
     return _typecvt_kernel(src, dst, bool(contiguous), index_bits)
 

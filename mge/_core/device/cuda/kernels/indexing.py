@@ -119,6 +119,7 @@ DIFFERENCES = """\
 """
 
 _INDEX_CODE = {d: k for k, d in enumerate(INDEX_DTYPES)}
+_C64 = np.dtype("complex64")
 
 _INDEX_PRELUDE = r"""#ifndef MGE_INDEX_PRELUDE
 #define MGE_INDEX_PRELUDE
@@ -391,6 +392,8 @@ def _value_dtype(what, mode, dtype):
     if mode == "incr":
         (dtype,) = _dtypes(f"{what} kernel", [dtype])
         return dtype, dtype.itemsize
+    if np.dtype(dtype) == _C64:  # get and set move its 8 bytes (no arithmetic)
+        return None, _C64.itemsize
     return None, _size(f"{what} kernel", _dtypes(f"{what} kernel", [dtype])[0].itemsize)
 
 

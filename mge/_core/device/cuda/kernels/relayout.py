@@ -34,9 +34,11 @@ with ``simplify_layout`` and ``copy_launch`` picks one of three kernels:
 
 Creation kernels, per dtype: ``Fill`` (the value's bits, by element size), ``Arange`` (int64 or
 float64 arithmetic converted once, as ``cpu/kernels/creation.py``), ``Linspace`` (numpy's float64
-formula, the last element exactly ``stop``), ``Eye`` (one and zero as bits).  No workspace, no
-checks: nothing here can meet bad data (shapes and parameters are checked by the op's rule, and
-again by the plan functions, which raise naming the op, shapes and dtypes).
+formula, the last element exactly ``stop``), ``Eye`` (one and zero as bits).  complex64 too: its
+bits by size (Fill, Eye), or the float64 value rounded once into the real part and 0 into the
+imaginary one (Arange, Linspace: numpy's ``astype``).  No workspace, no checks: nothing here can
+meet bad data (shapes and parameters are checked by the op's rule, and again by the plan
+functions, which raise naming the op, shapes and dtypes).
 
 **STRIDED.**  Every op here with inputs reads ``ins[k].strides`` (copying views is what they do),
 so ``STRIDED`` holds them all; a view reaches the kernel without a dense copy first.  The inputs'
@@ -89,6 +91,7 @@ ELEMENT_SIZES = (1, 2, 4, 8)
 _TILE, _TILE_ROWS = 32, 8  # the transpose's tile and its block's rows
 
 _UINT = {1: "unsigned char", 2: "unsigned short", 4: "unsigned int", 8: "unsigned long long"}
+_C64, _F32 = np.dtype("complex64"), np.dtype("float32")
 
 
 def _source(name, text, params, contiguous=True, index_bits=64, nin=1, block=False):
@@ -207,15 +210,15 @@ def arange_kernel(dtype, integer):
     """``Arange`` into ``dtype``: ``integer`` -- ``(dst, long long n, long long start, long long
     step)``, ``start + i * step`` in wrapping int64; else ``(dst, long long n, double start,
     double step)``, ``start + i * step`` in float64; either converted once to ``dtype``."""
-    (d,) = _dtypes("Arange kernel", [dtype])
-    return _arange_kernel(d, bool(integer))
+    return _arange_kernel(_creation_dtype("Arange kernel", dtype), bool(integer))
 
 
 @functools.lru_cache(maxsize=None)
 def _arange_kernel(d, integer):
-    name = f"mge_arange_{'i' if integer else 'f'}_{_code(d)}"
+    storage, code, store = _created(d)
+    name = f"mge_arange_{'i' if integer else 'f'}_{code}"
     t = "long long" if integer else "double"
-    params = (f"{_storage(d)}* dst", "long long n", f"{t} start", f"{t} step")
+    params = (f"{storage}* dst", "long long n", f"{t} start", f"{t} step")
     if integer:  # numpy's int64 arithmetic wraps: compute unsigned
         value = ("(long long)((unsigned long long)start + (unsigned long long)i * "
                  "(unsigned long long)step)")
@@ -224,7 +227,7 @@ def _arange_kernel(d, integer):
         value, src = "start + (double)i * step", _F64
     text = (f"MGE_KERNEL {name}({', '.join(params)})\n{{\n"
             f"    MGE_LOOP(unsigned long long, i, n) {{\n        {t} v = {value};\n"
-            f"        dst[i] = {_store('v', src, d)};\n    }}\n}}\n")
+            f"        {store('v', src)}\n    }}\n}}\n")
     return _source(name, text, params, nin=0)
 
 
@@ -233,14 +236,14 @@ def linspace_kernel(dtype):
     double delta, double div, int how)`` -- numpy's float64 formula (``how`` 0: ``i * step``, 1:
     ``i / div * delta``, 2: ``i * delta``; plus ``start``; the last element ``stop``), converted
     once."""
-    (d,) = _dtypes("Linspace kernel", [dtype])
-    return _linspace_kernel(d)
+    return _linspace_kernel(_creation_dtype("Linspace kernel", dtype))
 
 
 @functools.lru_cache(maxsize=None)
 def _linspace_kernel(d):
-    name = f"mge_linspace_{_code(d)}"
-    params = (f"{_storage(d)}* dst", "long long n", "double start", "double stop", "double step",
+    storage, code, store = _created(d)
+    name = f"mge_linspace_{code}"
+    params = (f"{storage}* dst", "long long n", "double start", "double stop", "double step",
               "double delta", "double div", "int how")
     text = f"""MGE_KERNEL {name}({', '.join(params)})
 {{
@@ -249,11 +252,33 @@ def _linspace_kernel(d):
         y = how == 0 ? y * step : (how == 1 ? y / div * delta : y * delta);
         y += start;
         if (n > 1 && i == (unsigned long long)(n - 1)) y = stop;
-        dst[i] = {_store('y', _F64, d)};
+        {store('y', _F64)}
     }}
 }}
 """
     return _source(name, text, params, nin=0)
+
+
+def _creation_dtype(what, dtype):
+    """``dtype`` as a dtype the creation kernels make: the elementwise kernels' and complex64."""
+    try:
+        if np.dtype(dtype) == _C64:
+            return _C64
+    except TypeError:
+        pass  # (``_dtypes`` names it)
+    return _dtypes(what, [dtype])[0]
+
+
+def _created(d):
+    """(storage C type, name code, ``store(value, src)``: the statement writing element ``i`` from
+    ``value`` computed as ``src``) of a creation kernel of ``d``; a complex64 is stored as two
+    floats, the value's in the real part and 0 in the imaginary one."""
+    if d != _C64:
+        return _storage(d), _code(d), lambda v, src: f"dst[i] = {_store(v, src, d)};"
+
+    def store(v, src):
+        return f"dst[2 * i] = {_store(v, src, _F32)}; dst[2 * i + 1] = 0.0f;"
+    return "float", "c64", store
 
 
 def eye_kernel(itemsize):
@@ -615,7 +640,7 @@ def fill_launch(shape, value, dtype=None, dst=Buf("out0")):
     """The ``Launch`` setting ``shape``'s elements at ``dst`` to ``value`` in ``dtype`` (default:
     ``value``'s); ``None`` when empty."""
     dtype = np.dtype(dtype) if dtype is not None else np.asarray(value).dtype
-    (dtype,) = _dtypes("Fill kernel", [dtype])
+    dtype = _creation_dtype("Fill kernel", dtype)
     n = math.prod(shape)
     if n == 0:
         return None
@@ -626,7 +651,7 @@ def fill_launch(shape, value, dtype=None, dst=Buf("out0")):
 def arange_launch(start, stop, step, dtype, dst=Buf("out0")):
     """The ``Arange`` launch: integer arithmetic when ``start`` and ``step`` are Python ints and
     ``dtype`` is an integer type (the CPU kernel's test), else float64; ``None`` when empty."""
-    (dtype,) = _dtypes("Arange kernel", [dtype])
+    dtype = _creation_dtype("Arange kernel", dtype)
     n = arange_length(start, stop, step)
     if n <= 0:
         return None
@@ -639,7 +664,7 @@ def arange_launch(start, stop, step, dtype, dst=Buf("out0")):
 def linspace_launch(start, stop, num, dtype, dst=Buf("out0")):
     """The ``Linspace`` launch of ``num`` values (``np.linspace`` in float64, then ``dtype``);
     ``None`` when empty."""
-    (dtype,) = _dtypes("Linspace kernel", [dtype])
+    dtype = _creation_dtype("Linspace kernel", dtype)
     if num <= 0:
         return None
     start, stop = float(start), float(stop)
@@ -655,7 +680,7 @@ def linspace_launch(start, stop, num, dtype, dst=Buf("out0")):
 
 def eye_launch(n, m, k, dtype, dst=Buf("out0")):
     """The ``Eye(N, M, k)`` launch in ``dtype``; ``None`` when empty."""
-    (dtype,) = _dtypes("Eye kernel", [dtype])
+    dtype = _creation_dtype("Eye kernel", dtype)
     if n * m == 0:
         return None
     return Launch(eye_kernel(dtype.itemsize), grid_for(n * m), (THREADS, 1, 1),
@@ -669,7 +694,7 @@ def _creation(op, ins, outs):
         raise _fail(TypeError, op, f"outputs {[(o.dtype, o.shape) for o in outs]}, the op makes "
                     f"one of {np.dtype(op.dtype)}")
     try:
-        _dtypes(f"{op.name} kernel", [op.dtype])
+        _creation_dtype(f"{op.name} kernel", op.dtype)
     except TypeError as e:
         raise _fail(TypeError, op, str(e)) from None
 

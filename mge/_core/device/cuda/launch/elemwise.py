@@ -18,13 +18,19 @@ the kernel may overwrite an input it reads at the same index.
 A ``TypeCvt`` to the input's own dtype is the input itself (buffers are never written in place
 while another tensor can see them); one that only relabels a quantized dtype is a view.
 
+complex64 operands of an ``Elemwise``, and a ``TypeCvt`` into complex64, run the plans of
+``kernels/complex.py`` (``plans.plan_launcher``: views read in place, a donated input reused).
+
 ``DIFFERENCES`` is the kernels' own (``kernels/elemwise.py``): where results may differ from the
 CPU device's.
 """
+from ....ops.base import TensorDesc
 from ....ops.elemwise import Elemwise, TypeCvt, broadcast_shapes
+from ..kernels import complex as _complex
 from ..kernels.elemwise import (DIFFERENCES, MAX_NDIM, elemwise_kernel, index_bits_for,
                                 pack_layout, simplify_layout, typecvt_kernel)
 from . import def_launcher
+from .plans import plan_launcher
 
 __all__ = ["launch_general", "broadcast_strides", "DIFFERENCES"]
 
@@ -81,6 +87,10 @@ def _describe(op, inputs):
     return ", ".join(f"{b.dtype} {b.shape}" for b in inputs)
 
 
+# complex64 (kernels/complex.py): op class -> the launcher running that module's plan
+_COMPLEX = {cls: plan_launcher(_complex, cls)[0] for cls in (Elemwise, TypeCvt)}
+
+
 @def_launcher(Elemwise, strided=True, reuse=True)
 def _elemwise(device, op, inputs, descs, donated):
     desc = descs[0]
@@ -90,6 +100,8 @@ def _elemwise(device, op, inputs, descs, donated):
     shape = tuple(shape)
     dtype = desc.dtype
     ins = tuple(b.dtype for b in inputs)
+    if any(d.kind == "c" for d in ins):
+        return _COMPLEX[Elemwise](device, op, inputs, [TensorDesc(shape, dtype)], donated)
 
     def make(*dtypes, contiguous=True, index_bits=64):
         try:
@@ -120,6 +132,8 @@ def _typecvt(device, op, inputs, descs):
         # the same values: the buffer itself, or a view relabelling a quantized dtype
         return (x if x.dtype.metadata == dtype.metadata else
                 device.view(x, x.shape, x.strides, 0, dtype),)
+    if dtype.kind == "c":
+        return _COMPLEX[TypeCvt](device, op, inputs, descs)
 
     def make(src, dst, contiguous=True, index_bits=64):
         try:
