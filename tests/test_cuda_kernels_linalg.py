@@ -289,9 +289,10 @@ def test_bad_inputs_are_named():
         lk.svd_kernel(np.complex64)
     with pytest.raises(TypeError, match="CUDA SVD kernel: not a dtype"):
         lk.svd_kernel("matrix")
+    # (the plan's own refusal; once the process has made a complex tensor the op's rule refuses
+    # complex inputs first -- ops/base.py's guard -- with its own message naming the same)
     c = [Layout((2, 4, 3), np.complex64)]
-    with pytest.raises(TypeError,
-                       match=r"CUDA SVD: .*not complex64 \(inputs: \(2, 4, 3\) complex64\)"):
+    with pytest.raises(TypeError, match=r"SVD: .*complex.*\(2, 4, 3\).*complex64"):
         lk.svd_plan(SVD(), c, _outs(SVD(), (2, 4, 3), np.complex64))
     x = [Layout((4, 3), F32)]
     with pytest.raises(ValueError, match=r"CUDA SVD plan: outputs .*\(4, 3\) float32"):
