@@ -15,7 +15,6 @@ properties (the GPU generator is counter-based, so its numbers are not the CPU's
 ``MGE_GPU_TEST_DEVICE=cpu0`` runs these tests with cpu0 in gpu0's place: a check of the tests
 themselves on a machine without a GPU (nothing is skipped then).
 """
-import os
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ import mge.functional as F
 import mge.module as M
 from mge.core import AsyncError
 
-DEV = os.environ.get("MGE_GPU_TEST_DEVICE", "gpu0")
+from cuda_gpu_fixtures import DEV, _gpu_or_skip, _sync_after  # noqa: F401 (autouse fixtures)
 
 pytestmark = pytest.mark.gpu
 
@@ -45,26 +44,6 @@ TOLERANCES = """\
 RTOL = {np.dtype("float32"): (1e-5, 1e-6), np.dtype("float16"): (2e-3, 1e-3)}
 LOOSE = dict(rtol=1e-4, atol=1e-5)
 GEMM = dict(rtol=2e-4, atol=1e-4)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _gpu_or_skip():
-    """Skips the module, with the device's own reason, unless gpu0 can hold tensors."""
-    if DEV.startswith("cpu"):
-        return
-    if not mge.is_cuda_available():
-        try:
-            mge.tensor([0.0], device=DEV).numpy()
-        except Exception as e:  # the device names what is missing: pycuda, the driver, the GPU
-            pytest.skip(f"{DEV} is not usable: {type(e).__name__}: {e}")
-        pytest.skip(f"mge.is_cuda_available() is False, so {DEV} is not usable")
-
-
-@pytest.fixture(autouse=True)
-def _sync_after():
-    """No test leaves errors or work behind for the next one."""
-    yield
-    mge._full_sync()
 
 
 # -- helpers --------------------------------------------------------------------------------------

@@ -16,7 +16,6 @@ What must match, and how (``kernels/complex.py``'s DIFFERENCES):
   within the rounding of the two products;
 * what cpu0 refuses raises the same exception with the same message.
 """
-import os
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ import mge
 import mge.functional as F
 from mge.core import AsyncError
 
-DEV = os.environ.get("MGE_GPU_TEST_DEVICE", "gpu0")
+from cuda_gpu_fixtures import DEV, _gpu_or_skip, _sync_after  # noqa: F401 (autouse fixtures)
 
 pytestmark = pytest.mark.gpu
 
@@ -37,26 +36,6 @@ QUIET = pytest.mark.filterwarnings("ignore::RuntimeWarning")
 #: sign, both infinities, -0, the smallest subnormal.
 SPECIAL = np.array([0x7F800001, 0xFFC00123, 0x7F800000, 0xFF800000, 0x80000000, 0x00000001],
                    np.uint32).view(F32)
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _gpu_or_skip():
-    """Skips the module, with the device's own reason, unless gpu0 can hold tensors."""
-    if DEV.startswith("cpu"):
-        return
-    if not mge.is_cuda_available():
-        try:
-            mge.tensor([0.0], device=DEV).numpy()
-        except Exception as e:  # the device names what is missing: pycuda, the driver, the GPU
-            pytest.skip(f"{DEV} is not usable: {type(e).__name__}: {e}")
-        pytest.skip(f"mge.is_cuda_available() is False, so {DEV} is not usable")
-
-
-@pytest.fixture(autouse=True)
-def _sync_after():
-    """No test leaves errors or work behind for the next one."""
-    yield
-    mge._full_sync()
 
 
 # -- helpers --------------------------------------------------------------------------------------

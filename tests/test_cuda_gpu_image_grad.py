@@ -16,7 +16,6 @@ on the folded border pixels), float16 ``2e-3`` (one rounding of the float32 sum)
 ``1e-10``; the matrix gradients sum in float64 and round once: ``rtol 1e-5`` of float32 (their
 sums grow with the output's coordinates, so ``atol`` scales with the largest value).
 """
-import os
 
 import numpy as np
 import pytest
@@ -25,7 +24,7 @@ import mge
 import mge.functional as F
 from mge.autodiff import GradManager
 
-DEV = os.environ.get("MGE_GPU_TEST_DEVICE", "gpu0")
+from cuda_gpu_fixtures import DEV, _gpu_or_skip, _sync_after  # noqa: F401 (autouse fixtures)
 
 pytestmark = pytest.mark.gpu
 
@@ -33,26 +32,6 @@ F16, F32, F64 = (np.dtype(d) for d in ("float16", "float32", "float64"))
 #: (rtol, atol) of a data gradient by dtype (the module docstring)
 DATA_TOL = {F16: (2e-3, 2e-3), F32: (1e-5, 1e-4), F64: (1e-10, 1e-10)}
 BORDERS = ("replicate", "reflect", "reflect_101", "wrap", "constant")
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _gpu_or_skip():
-    """Skips the module, with the device's own reason, unless gpu0 can hold tensors."""
-    if DEV.startswith("cpu"):
-        return
-    if not mge.is_cuda_available():
-        try:
-            mge.tensor([0.0], device=DEV).numpy()
-        except Exception as e:  # the device names what is missing: pycuda, the driver, the GPU
-            pytest.skip(f"{DEV} is not usable: {type(e).__name__}: {e}")
-        pytest.skip(f"mge.is_cuda_available() is False, so {DEV} is not usable")
-
-
-@pytest.fixture(autouse=True)
-def _sync_after():
-    """No test leaves errors or work behind for the next one."""
-    yield
-    mge._full_sync()
 
 
 def _on(dev, a):

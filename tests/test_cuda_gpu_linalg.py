@@ -13,7 +13,6 @@ GPU's and the CPU's are compared invariantly: the same dtypes and shapes, ``S`` 
 completion), a rank-deficient matrix, a batch larger than a few blocks, integer and float16
 inputs, an empty batch, and a NaN's error.
 """
-import os
 
 import numpy as np
 import pytest
@@ -22,7 +21,7 @@ import mge
 import mge.functional as F
 from mge.core import AsyncError
 
-DEV = os.environ.get("MGE_GPU_TEST_DEVICE", "gpu0")
+from cuda_gpu_fixtures import DEV, _gpu_or_skip, _sync_after  # noqa: F401 (autouse fixtures)
 
 pytestmark = pytest.mark.gpu
 
@@ -31,26 +30,6 @@ pytestmark = pytest.mark.gpu
 #: for the 96 x 96 case); float16 outputs are rounded to 11 bits.  The host build of the same
 #: kernels meets these with a margin of about 7 (tests/test_cuda_kernels_linalg.py).
 TOL = {np.dtype("float16"): 1e-2, np.dtype("float32"): 2e-4, np.dtype("float64"): 1e-12}
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _gpu_or_skip():
-    """Skips the module, with the device's own reason, unless gpu0 can hold tensors."""
-    if DEV.startswith("cpu"):
-        return
-    if not mge.is_cuda_available():
-        try:
-            mge.tensor([0.0], device=DEV).numpy()
-        except Exception as e:  # the device names what is missing: pycuda, the driver, the GPU
-            pytest.skip(f"{DEV} is not usable: {type(e).__name__}: {e}")
-        pytest.skip(f"mge.is_cuda_available() is False, so {DEV} is not usable")
-
-
-@pytest.fixture(autouse=True)
-def _sync_after():
-    """No test leaves errors or work behind for the next one."""
-    yield
-    mge._full_sync()
 
 
 def _on(dev, a):

@@ -11,7 +11,6 @@ Every test is marked ``gpu`` and is skipped, with the reason, where mge cannot p
 a check of the tests themselves on a machine without a GPU.
 """
 import copy
-import os
 
 import numpy as np
 import pytest
@@ -24,31 +23,11 @@ from mge.core.tensor import dtype as D
 from mge.functional import quantized as Q
 from mge.quantization.quantize import quantize, quantize_qat
 
-DEV = os.environ.get("MGE_GPU_TEST_DEVICE", "gpu0")
+from cuda_gpu_fixtures import DEV, _gpu_or_skip, _sync_after  # noqa: F401 (autouse fixtures)
 
 pytestmark = pytest.mark.gpu
 
 F32 = np.float32
-
-
-@pytest.fixture(scope="module", autouse=True)
-def _gpu_or_skip():
-    """Skips the module, with the device's own reason, unless gpu0 can hold tensors."""
-    if DEV.startswith("cpu"):
-        return
-    if not mge.is_cuda_available():
-        try:
-            mge.tensor([0.0], device=DEV).numpy()
-        except Exception as e:  # the device names what is missing: pycuda, the driver, the GPU
-            pytest.skip(f"{DEV} is not usable: {type(e).__name__}: {e}")
-        pytest.skip(f"mge.is_cuda_available() is False, so {DEV} is not usable")
-
-
-@pytest.fixture(autouse=True)
-def _sync_after():
-    """No test leaves errors or work behind for the next one."""
-    yield
-    mge._full_sync()
 
 
 def on(dev, a):
