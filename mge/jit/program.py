@@ -65,6 +65,7 @@ from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
 from .._core.ops.optimizer import SGDUpdate
+from .._core.ops.program import Program
 from .._core.ops.reduce import Reduce
 from .._core.ops.rng import reseeded as _reseeded
 from . import arith as _arith
@@ -75,11 +76,11 @@ __all__ = ["TracedProgram", "BiasAct", "BiasSGDUpdate", "MatrixMulPair", "Matrix
            "compile_program"]
 
 
-class TracedProgram(OpDef):
-    """Ops ``[start, stop)`` of a recording as one op (see the module docstring)."""
+class TracedProgram(Program):
+    """Ops ``[start, stop)`` of a recording as one op (see the module docstring and
+    ``mge._core.ops.program``, the contract a device runs it by)."""
 
     _fields = ()
-    never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
 
     def __init__(self, plan, n_slots, in_vars, out_vars, out_slots, out_descs, long_running, label,
                  profile=None, device=None, consts=(), donors=()):
@@ -792,6 +793,9 @@ class _Known:
 
 
 def _on_cpu(device):
+    global _cpu
+    if _cpu is None:
+        _cpu = as_device("cpu0").impl
     try:
         return as_device(device).impl is _cpu
     except Exception:
@@ -816,16 +820,24 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
         needed.update(ins)
     keep.reverse()
     snapshots = getattr(rec, "snapshots", None)  # (capture_as_const's values)
+    # a program for another device (the CUDA device) runs its steps through that device's door
+    # (ops/program.py): the CPU's rewrites -- constants folded by CPU kernels, the arithmetic
+    # simplifier, the fused and folded CPU ops, direct ufunc calls, product pairs -- are left out,
+    # so its steps are the recorded ops (less dead code and common subexpressions), with eager's
+    # kernels and bits
+    on_cpu = all(_on_cpu(d) for d in {descs[v][2] for k in keep for v in ops[k][1] + ops[k][2]})
     ops, keep, alias = _merge_common(ops, keep)
     rec = RecordingView(descs, ops)
     wanted = tuple([alias.get(v, v) for v in out_vars])  # the outputs, as the kept ops name them
-    keep, consts = _fold_constants(rec, keep, wanted)
-    if opt_level >= 1:
-        keep = _arith.simplify(ops, keep, descs, _Known(consts, snapshots, descs), alias)
-        wanted = tuple([_resolve(alias, v) for v in out_vars])
-    keep = _fold_updates(ops, keep, descs, wanted, opt_level)
-    keep = _fuse_bias_act(ops, keep, descs, wanted, opt_level)
-    keep = _fold_bias_updates(ops, keep, descs, wanted, opt_level)
+    consts = {}
+    if on_cpu:
+        keep, consts = _fold_constants(rec, keep, wanted)
+        if opt_level >= 1:
+            keep = _arith.simplify(ops, keep, descs, _Known(consts, snapshots, descs), alias)
+            wanted = tuple([_resolve(alias, v) for v in out_vars])
+        keep = _fold_updates(ops, keep, descs, wanted, opt_level)
+        keep = _fuse_bias_act(ops, keep, descs, wanted, opt_level)
+        keep = _fold_bias_updates(ops, keep, descs, wanted, opt_level)
     produced = set()
     for k in keep:
         produced.update(ops[k][2])
@@ -855,7 +867,7 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
     works = []     # per plan step: the multiply-adds of a product that may pair, else 0
     long_running = False
     fresh = set()  # vars whose buffer the program made and nobody else sees
-    for unit in _fusion_units(rec, keep):
+    for unit in (_fusion_units(rec, keep) if on_cpu else keep):
         if type(unit) is list:  # a fused elementwise chain
             before = len(plan)
             n_slots = _plan_fused(rec, unit, slot, n_slots, last, keep_alive, wanted, plan)
@@ -871,7 +883,7 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
                 frees.append(slot[v])
         reuse = [j for j, v in enumerate(ins) if slot[v] in frees] or None
         ufunc, into = None, -1
-        if type(op) is Elemwise and len(outs) == 1:
+        if on_cpu and type(op) is Elemwise and len(outs) == 1:
             fn = _UFUNCS.get(op.mode)
             shape, dtype = descs[outs[0]][0], descs[outs[0]][1]
             if fn is not None and shape is not None and all(descs[v][1] == dtype for v in ins):
@@ -891,9 +903,9 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
             long_running = True
         plan.append((op, in_slots, tuple(out_slots), out_descs, reuse, tuple(frees), ufunc, into))
         works.append(_gemm_work(rec, op, ins, outs))
-    if pairs_pay():
+    if on_cpu and pairs_pay():
         plan, works = _pair_products(plan, works)
-    if overlaps_pay():
+    if on_cpu and overlaps_pay():
         plan = _overlap_products(plan, works)
     # the input slots updates write over (a pair's too): the program's to write (_run_donated)
     donors = sorted({s for step in plan for s in _written(step)})

@@ -120,9 +120,14 @@ class _Trace:
 
 
 def _programs_run_on(devices):
-    # whether each device runs a compiled program as one op (Device.runs_programs); where one
-    # does not, a recording is made eagerly and replays issue the recorded ops one by one
-    return all(getattr(getattr(d, "impl", None), "runs_programs", True) for d in devices)
+    # whether the recording's ops run as compiled programs: every device runs programs as one op
+    # (Device.runs_programs), and they are the CPU's or all on one device (a program runs on one
+    # device: the CUDA device's steps go through its own door).  Otherwise a recording is made
+    # eagerly and replays issue the recorded ops one by one.
+    impls = {getattr(d, "impl", None) for d in devices}
+    if not all(getattr(i, "runs_programs", True) for i in impls):
+        return False
+    return len(impls) <= 1 or all(getattr(i, "kind", None) == "cpu" for i in impls)
 
 
 class trace:
@@ -155,8 +160,9 @@ class trace:
       optimizer states) take their new values, and the results come back in the recorded
       structure.  Other Python side effects of the function (appending to a list, ``.grad``
       attributes, printing) happen on the first call only.  On a device that runs no
-      compiled programs (``Device.runs_programs``: the CUDA device so far) the function runs
-      again and its ops are issued one by one, as in any replay there.
+      compiled programs (``Device.runs_programs``) the function runs
+      again and its ops are issued one by one, as in any replay there; so does a recording
+      whose tensors are on several devices, one of them not the CPU.
 
     Example::
 

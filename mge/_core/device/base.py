@@ -58,9 +58,9 @@ class Device(abc.ABC):
     """
 
     kind = None
-    # whether ``execute`` runs a ``jit.trace`` program (``TracedProgram``) as one op, as the CPU
-    # device does; a device that does not (the CUDA device, so far) gets the recorded ops one by
-    # one from a trace's replay (mge/jit/tracing.py), unfused but the same results
+    # whether ``execute`` runs a ``jit.trace`` program (``ops/program.py``'s ``Program``) as one
+    # op, as the CPU and CUDA devices do; a device that does not gets the recorded ops one by one
+    # from a trace's replay (mge/jit/tracing.py), the same results without the program's savings
     runs_programs = True
     # whether kernels run after ``execute`` returns (a GPU's stream); such a device also has
     # ``event()`` (``cuda/backend.py``'s ``Event``), with which the profiler times its kernels

@@ -160,7 +160,7 @@ class CudaDevice(Device):
     into a donated input), ``relayouts`` (views made dense for a launcher)."""
 
     kind = "cuda"
-    runs_programs = False  # no kernel for TracedProgram yet: a trace replays op by op here
+    runs_programs = True  # a jit.trace program runs as one op, step by step (launch/program.py)
 
     def __init__(self, index=0, backend=None, kind="cuda"):
         super().__init__(index)
