@@ -65,7 +65,7 @@ from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
 from .._core.ops.optimizer import SGDUpdate
-from .._core.ops.program import Program
+from .._core.ops.program import ElemwiseChain as _ElemwiseChain, Program
 from .._core.ops.reduce import Reduce
 from .._core.ops.rng import reseeded as _reseeded
 from . import arith as _arith
@@ -867,10 +867,11 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
     works = []     # per plan step: the multiply-adds of a product that may pair, else 0
     long_running = False
     fresh = set()  # vars whose buffer the program made and nobody else sees
-    for unit in (_fusion_units(rec, keep) if on_cpu else keep):
+    for unit in (_fusion_units(rec, keep) if on_cpu else _chain_units(rec, keep)):
         if type(unit) is list:  # a fused elementwise chain
             before = len(plan)
-            n_slots = _plan_fused(rec, unit, slot, n_slots, last, keep_alive, wanted, plan)
+            fuse = _plan_fused if on_cpu else _plan_chain
+            n_slots = fuse(rec, unit, slot, n_slots, last, keep_alive, wanted, plan)
             works.extend([0] * (len(plan) - before))
             fresh.update(v for k in unit for v in ops[k][2])
             continue
@@ -1010,6 +1011,102 @@ def _plan_fused(rec, run, slot, n_slots, last, keep_alive, out_vars, plan):
     plan.append((None, tuple(slot[v] for v in vec + scal), tuple(out_slots), None, None, frees,
                  static, -1))
     return n_slots
+
+
+# -- elementwise chains for another device (ElemwiseChain: one kernel on the CUDA device) --------
+CHAIN_MIN_OPS = 2  # a chain of two already saves a launch and a round trip through memory
+
+
+def _chain_shape(rec, k):
+    # the output shape of op k if it can be a step of an ElemwiseChain, else None
+    op, ins, outs = rec.ops[k]
+    if type(op) is not Elemwise or len(outs) != 1:
+        return None
+    shape, dtype = rec.descs[outs[0]][0], rec.descs[outs[0]][1]
+    if shape is None or any(rec.descs[v][0] is None for v in ins):
+        return None
+    if not _chain_supports(op.mode, [rec.descs[v][1] for v in ins]):
+        return None
+    if np.dtype(dtype).kind == "c":
+        return None
+    return tuple(shape)
+
+
+def _chain_units(rec, keep):
+    # keep's ops in order, runs of at least CHAIN_MIN_OPS chainable ops of one output shape --
+    # each input made inside the run or broadcast to that shape -- as lists
+    units = []
+    run, run_shape, made = [], None, set()
+
+    def close():
+        if len(run) >= CHAIN_MIN_OPS:
+            units.append(list(run))
+        else:
+            units.extend(run)
+
+    for k in keep:
+        shape = _chain_shape(rec, k)
+        op, ins, outs = rec.ops[k]
+        fits = shape is not None and all(
+            v in made or _broadcasts_to(tuple(rec.descs[v][0]), shape) for v in ins)
+        if fits and run and shape == run_shape:
+            run.append(k)
+            made.add(outs[0])
+            continue
+        close()
+        if fits:
+            run, run_shape, made = [k], shape, {outs[0]}
+        else:
+            run, run_shape, made = [], None, set()
+            units.append(k)
+    close()
+    return units
+
+
+def _broadcasts_to(shape, target):
+    # whether numpy broadcasting takes ``shape`` to ``target`` without changing ``target``
+    if len(shape) > len(target):
+        return False
+    return all(a == b or a == 1 for a, b in zip(shape[::-1], target[::-1]))
+
+
+def _plan_chain(rec, run, slot, n_slots, last, keep_alive, out_vars, plan):
+    # the run as one ElemwiseChain step: registers are its outside inputs, then each op's output
+    ops, descs = rec.ops, rec.descs
+    shape = tuple(descs[ops[run[0]][2][0]][0])
+    produced = [ops[k][2][0] for k in run]
+    reg, inputs = {}, []
+    for k in run:
+        for v in ops[k][1]:
+            if v not in reg and v not in produced:
+                reg[v] = len(reg)
+                inputs.append(v)
+    steps = []
+    for k in run:
+        op, ins, outs = ops[k]
+        steps.append((op.mode, tuple(reg[v] for v in ins)))
+        reg[outs[0]] = len(reg)
+    wanted = set(out_vars)
+    outs = [v for v in produced if v in wanted or last.get(v, -1) > run[-1]]
+    if not outs:
+        return n_slots
+    dtypes = tuple(np.dtype(descs[v][1]) for v in inputs + produced)
+    chain = _ElemwiseChain(tuple(steps), dtypes, len(inputs), tuple(reg[v] for v in outs), shape)
+    frees = tuple(slot[v] for v in inputs if last[v] <= run[-1] and v not in keep_alive)
+    reuse = [j for j, v in enumerate(inputs) if slot[v] in frees] or None
+    out_slots = []
+    for v in outs:
+        slot[v] = n_slots
+        out_slots.append(n_slots)
+        n_slots += 1
+    plan.append((chain, tuple(slot[v] for v in inputs), tuple(out_slots),
+                 [_desc(descs[v]) for v in outs], reuse, frees, None, -1))
+    return n_slots
+
+
+def _chain_supports(mode, dtypes):
+    from .._core.device.cuda.kernels.elemwise_chain import chain_supports  # (on first use)
+    return chain_supports(mode, dtypes)
 
 
 class Programs:

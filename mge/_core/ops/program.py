@@ -22,7 +22,7 @@ that runs programs says so with ``Device.runs_programs``.
 """
 from .base import OpDef
 
-__all__ = ["Program"]
+__all__ = ["Program", "ElemwiseChain"]
 
 
 class Program(OpDef):
@@ -30,3 +30,19 @@ class Program(OpDef):
     sets ``plan``, ``n_slots``, ``out_slots``, ``out_descs``, ``consts`` and ``label``."""
 
     never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
+
+
+class ElemwiseChain(OpDef):
+    """A chain of ``Elemwise`` ops over values of one shape as one op -- a program's step for a
+    device that fuses such chains into one kernel (the CUDA device), with the bits of the ops
+    run one by one: each step's result is rounded to its dtype before the next reads it.
+
+    Values are numbered registers: the op's inputs are registers ``0 .. len(in_dtypes) - 1``
+    (an input of one element is read as a scalar, broadcast), then each step ``(mode, inputs)``
+    of ``steps`` writes the next register, of dtype ``dtypes[register]``.  ``outs`` lists the
+    registers that are the op's outputs; ``shape`` is the shape of every output.
+    """
+
+    _fields = ("steps", "dtypes", "n_in", "outs", "shape")
+    long_running = False
+    never_recompute = True  # (only in programs, which DTR does not recompute piecemeal)

@@ -65,6 +65,7 @@ from . import driver
 from . import launch as _launch
 from .backend import ELEMENTWISE_BLOCK, elementwise_grid
 from .kernels.elemwise import typecvt_kernel
+from .kernels.launch import dense_strides
 from .pool import CachingPool, PoolOutOfMemory, format_bytes
 
 __all__ = ["CudaDevice", "CudaBuffer", "CudaOutOfMemory", "dense_strides", "make_device"]
@@ -73,15 +74,6 @@ __all__ = ["CudaDevice", "CudaBuffer", "CudaOutOfMemory", "dense_strides", "make
 class CudaOutOfMemory(PoolOutOfMemory):
     """The device could not allocate even after the pool's callbacks and ``empty_cache``; the
     message names the device and what was being allocated, then the pool's figures."""
-
-
-def dense_strides(shape):
-    """C-order strides of ``shape``, in elements."""
-    strides, step = [], 1
-    for n in reversed(shape):
-        strides.append(step)
-        step *= max(n, 1)
-    return tuple(reversed(strides))
 
 
 def _size(shape):

@@ -11,6 +11,7 @@ import numpy as np
 
 from .... import _accel
 from ....ops.elemwise import ComplexPart, CreateComplex, Elemwise, TypeCvt
+from ....ops.program import ElemwiseChain
 from ..table import def_inplace, def_kernel
 
 _C_LOOPS = _accel.load("mge._core.device.cpu.handoff").CPU  # C loops without numpy's temporaries
@@ -212,6 +213,20 @@ def _cpu_elemwise_inplace(op, arrays, k):
     if fn is None:
         return None  # a custom mode makes its own temporaries: the ordinary kernel runs
     return (fn(*arrays, out=arrays[k]),)
+
+
+@def_kernel(ElemwiseChain)
+def _cpu_elemwise_chain(op, *arrays):
+    # a program's chain of elementwise ops (ops/program.py), step by step with the ops' own
+    # kernels: what a device without chain kernels of its own (one that runs the CPU's kernels,
+    # as the tests' opaque device) computes for it
+    regs = list(arrays)
+    for mode, ins in op.steps:
+        value = np.asarray(_CPU[mode](*[regs[r] for r in ins]))
+        dtype = op.dtypes[len(regs)]
+        regs.append(value if value.dtype == dtype else value.astype(dtype))
+    return tuple(np.broadcast_to(regs[r], op.shape) if regs[r].shape != tuple(op.shape)
+                 else regs[r] for r in op.outs)
 
 
 @def_kernel(TypeCvt)
