@@ -15,6 +15,9 @@ Benchmarks (each mge through its public API -- ``mge.tensor(..., device=DEVICE)`
   blocks each (64, 128, 256, 512 channels; strides 1, 2, 2, 2; 3x3 convs without bias, BatchNorm
   in training mode, ReLU, 1x1 projection shortcuts), global average pooling, a 10-way linear
   layer, cross-entropy, SGD (lr 0.05, momentum 0.9).  The issue's bar: mge within 1.5x of PyTorch.
+* ``convnet_trace``: the same with mge's step under ``mge.jit.trace(symbolic=True)`` (a replay
+  is one program per step, runs of elementwise ops one kernel each); its first losses must be
+  the eager step's bit for bit.
 * ``matmul``: 8192^3 float32 products, TFLOP/s (2 N^3 per product), TF32 off in PyTorch (mge's
   float32 product is float32).  The bar: mge at least 80% of cuBLAS through PyTorch.  Both
   results are checked against a float64 product of a few rows.
@@ -52,7 +55,7 @@ ROOT = os.path.dirname(os.path.dirname(HERE))
 sys.path.insert(0, os.path.dirname(HERE))  # benchmarks/: bench_mlp_step's step classes
 sys.path.insert(0, ROOT)                    # mge itself when run from a checkout
 
-BENCHES = ("matmul", "mlp", "convnet", "dtr")
+BENCHES = ("matmul", "mlp", "convnet", "convnet_trace", "dtr")
 DEVICE = "gpu0"  # mge's device; --mge-device cpu0 checks this script where there is no GPU
 NUM_CLASSES = 10
 
@@ -351,9 +354,10 @@ def conv_batch(batch, seed=4):
 
 
 class MgeConvStep:
-    """The conv-net step in mge, from :func:`conv_weights`."""
+    """The conv-net step in mge, from :func:`conv_weights`; ``traced``: under
+    ``mge.jit.trace(symbolic=True)`` (one program per step, elementwise chains fused)."""
 
-    def __init__(self, mge, batch, weights):
+    def __init__(self, mge, batch, weights, traced=False):
         self.mge, self.F = mge, mge.functional
         self.net = mge_resnet(mge)
         own = self.net.state_dict()
@@ -365,8 +369,12 @@ class MgeConvStep:
         self.opt = mge.optimizer.SGD(self.net.parameters(), lr=0.05, momentum=0.9)
         x, y = conv_batch(batch)
         self.x, self.y = mge.tensor(x, device=DEVICE), mge.tensor(y, device=DEVICE)
+        self.run = self._step
+        if traced:
+            from mge.jit import trace
+            self.run = trace(symbolic=True)(self._step)
 
-    def run(self):
+    def _step(self):
         with self.gm:
             loss = self.F.nn.cross_entropy(self.net(self.x), self.y)
             self.gm.backward(loss)
@@ -415,14 +423,14 @@ class TorchConvStep:
         return loss.item()
 
 
-def bench_convnet(args, mge, torch):
+def bench_convnet(args, mge, torch, traced=False):
     weights = conv_weights()
     rec = {"net": "ResNet-18-style, 3x3 stem stride 1, stages 64/128/256/512 x 2 basic blocks",
            "batch": args.batch, "input": "3x64x64", "optimizer": "SGD lr 0.05 momentum 0.9",
-           "cudnn_benchmark": args.cudnn_benchmark}
+           "cudnn_benchmark": args.cudnn_benchmark, "mge_traced": traced}
     steps = {}
     if mge is not None:
-        steps["mge"] = MgeConvStep(mge, args.batch, weights)
+        steps["mge"] = MgeConvStep(mge, args.batch, weights, traced)
     if torch is not None:
         steps["torch"] = TorchConvStep(torch, args.batch, weights, args.cudnn_benchmark)
     losses = {}
@@ -432,6 +440,11 @@ def bench_convnet(args, mge, torch):
         s.sync()
         rec[f"{name}_first_steps_s"] = round(time.perf_counter() - t0, 3)  # incl. compilation
     rec["first_losses"] = losses
+    if traced and mge is not None:  # a trace's steps are the eager steps' bits
+        eager = MgeConvStep(mge, args.batch, weights)
+        rec["traced_equals_eager"] = losses["mge"] == [eager.loss_value(eager.run())
+                                                       for _ in range(2)]
+        del eager
     if len(losses) == 2:
         rec["check"] = "first 2 losses agree (rtol 2e-3)"
         rec["check_ok"] = bool(np.allclose(losses["mge"], losses["torch"], rtol=2e-3, atol=1e-4))
@@ -516,7 +529,13 @@ def bench_dtr(args, mge, torch):
     return rec
 
 
-RUNNERS = {"matmul": bench_matmul, "mlp": bench_mlp, "convnet": bench_convnet, "dtr": bench_dtr}
+def bench_convnet_trace(args, mge, torch):
+    """``convnet`` with mge's step under ``jit.trace(symbolic=True)``."""
+    return bench_convnet(args, mge, torch, traced=True)
+
+
+RUNNERS = {"matmul": bench_matmul, "mlp": bench_mlp, "convnet": bench_convnet,
+           "convnet_trace": bench_convnet_trace, "dtr": bench_dtr}
 
 
 def run_one(name, args):
@@ -600,12 +619,16 @@ def table(records, machine=""):
             row(f"matmul {r.get('n', 8192)}^3 float32, TFLOP/s (median)",
                 _fmt(_side(r, "mge", "tflops_median")), _fmt(_side(r, "torch", "tflops_median")),
                 _fmt(r.get("tflops_ratio"), 3), ">= 0.8", r)
-        elif name in ("mlp", "convnet"):
+        elif name in ("mlp", "convnet", "convnet_trace"):
             label = ("MLP 784-512-512-10 step, batch 64, ms (median)" if name == "mlp" else
-                     f"ResNet-18-style step, batch {r.get('batch', 32)}, 3x64x64, ms (median)")
+                     f"ResNet-18-style step, batch {r.get('batch', 32)}, 3x64x64, ms (median)"
+                     + (", mge traced" if name == "convnet_trace" else ""))
             row(label, _fmt(_side(r, "mge"), 3), _fmt(_side(r, "torch"), 3),
                 _fmt(r.get("ratio_per_round_median"), 3),
-                "<= 1.5" if name == "convnet" else "", r)
+                "<= 1.5" if name.startswith("convnet") else "", r)
+            if "traced_equals_eager" in r:
+                notes.append(f"- {name}: traced losses bit-identical to eager: "
+                             f"{'yes' if r['traced_equals_eager'] else 'NO'}")
         else:
             m = (f"off {_fmt(r.get('ms_off_median'))} ms, on {_fmt(r.get('ms_on_median'))} ms; "
                  f"peak {_fmt(r.get('peak_off_mb'), 1)} -> {_fmt(r.get('peak_on_mb'), 1)} MB "

@@ -32,7 +32,7 @@
 #   MGE_GPU_BUDGET_S   total seconds (default 450)
 #   MGE_GPU_STEPS      comma-separated steps to run (default: all of them, in order)
 #   MGE_GPU_WORK       scratch folder (default /tmp/mge-gpu): the venv, pycuda's build
-#   MGE_GPU_BENCHES    benchmarks, in order (default matmul,convnet,dtr,mlp)
+#   MGE_GPU_BENCHES    benchmarks, in order (default matmul,convnet,convnet_trace,dtr,mlp)
 #   MGE_GPU_BENCH_ARGS extra arguments for bench_gpu.py (e.g. "--rounds 5")
 #   MGE_GPU_PYTEST_ARGS extra arguments for pytest (e.g. "-x -k conv")
 #   MGE_GPU_LIBCUDA    the driver library pycuda links (default: ldconfig's, the NVIDIA
@@ -46,7 +46,7 @@ START=$(date +%s)
 BUDGET=${MGE_GPU_BUDGET_S:-450}
 STEPS=",${MGE_GPU_STEPS:-info,venv,vendor,pycuda,mge,smoke,tests,bench,table},"
 WORK=${MGE_GPU_WORK:-/tmp/mge-gpu}
-BENCHES=${MGE_GPU_BENCHES:-matmul,convnet,dtr,mlp}
+BENCHES=${MGE_GPU_BENCHES:-matmul,convnet,convnet_trace,dtr,mlp}
 PY=${PYTHON:-python3}
 VENDOR=$ROOT/benchmarks/gpu/vendor
 JOBS=$(nproc 2>/dev/null || echo 4)
@@ -65,7 +65,7 @@ export MGE_CUDA_UNVERIFIED=1
 TABLE_RESERVE=15
 declare -A CAP=([info]=40 [venv]=40 [vendor]=40 [pycuda]=200 [mge]=150 [smoke]=60
                 [tests]=240 [matmul]=60 [convnet]=90 [dtr]=90 [mlp]=50)
-declare -A MIN=([matmul]=30 [convnet]=45 [dtr]=45 [mlp]=25)
+declare -A MIN=([matmul]=30 [convnet]=45 [convnet_trace]=45 [dtr]=45 [mlp]=25)
 
 elapsed() { echo $(( $(date +%s) - START )); }
 remaining() { echo $(( BUDGET - $(elapsed) )); }
