@@ -14,7 +14,8 @@ value by value), and never wider than 64 bits (``numpy.longdouble`` is refused, 
 import numpy as np
 
 __all__ = ["canonical", "host_array", "storable", "promote_args", "common_dtype", "where_dtype",
-           "scalar_dtype"]
+           "scalar_dtype", "quantization", "same_dtype", "describe", "quantized_host_array",
+           "QuantizedRangeError"]
 
 _NARROW = {
     np.dtype("float64"): np.dtype("float32"),
@@ -102,16 +103,23 @@ def canonical(dtype):
 def host_array(data, dtype=None):
     """A fresh, contiguous host array for ``data`` with MegEngine's default dtype rules.
 
-    The result never aliases ``data``: a tensor owns its storage.
+    The result never aliases ``data``: a tensor owns its storage.  A quantized ``dtype``, or a
+    numpy array of a quantized dtype given without one, goes through
+    :func:`quantized_host_array`.
     """
     if dtype is not None:
         dtype = canonical(dtype)
+        if quantization(dtype) is not None:
+            return quantized_host_array(data, dtype)
         try:
             arr = np.array(data, dtype=dtype, order="C")
         except (ValueError, TypeError) as e:
             raise TypeError(f"cannot convert {type(data).__name__} to a tensor of {dtype}: {e}") from e
         return arr
     if isinstance(data, np.ndarray):
+        if quantization(data.dtype) is not None:
+            # (its own dtype: the low-bit range is checked, as MegEngine checks it for any array)
+            return quantized_host_array(data, data.dtype)
         d = storable(data.dtype)
         if d is None:
             raise TypeError(f"unsupported dtype {data.dtype}: {_KINDS}")
@@ -131,6 +139,112 @@ def host_array(data, dtype=None):
         raise TypeError(f"cannot convert {type(data).__name__} with dtype {arr.dtype} to a tensor: "
                         f"{_KINDS}")
     return np.array(arr, dtype=d, order="C")
+
+
+# -- quantized dtypes ---------------------------------------------------------------------------
+#: MegEngine's quantized types packed in fewer bits than their storage byte (its
+#: ``MEGDNN_FOREACH_QUANTIZED_LOWBIT_DTYPE``): a tensor of one only holds values in this range.
+#: (``QuantizedS1`` is not among them: MegEngine stores it as a plain byte and checks nothing.)
+_LOWBIT_RANGE = {"QuantizedS4": (-8, 7), "Quantized4Asymm": (0, 15)}
+int64 = np.dtype("int64")
+
+
+class QuantizedRangeError(ValueError, RuntimeError):
+    """Data for a 4-bit quantized tensor has a value outside the type's range (a
+    ``RuntimeError`` too: MegEngine's assertion raises one)."""
+
+
+def quantization(d):
+    """The ``mgb_dtype`` metadata (``{"name", "scale"[, "zero_point"]}``) of a quantized numpy
+    dtype ``d``, or ``None`` for any other dtype."""
+    md = d.metadata
+    if not md:
+        return None
+    q = md.get("mgb_dtype")
+    if q is None or not str(q.get("name", "")).startswith("Quantized"):
+        return None
+    return q
+
+
+def _qkey(q):
+    # MegEngine keeps a scale as a C++ float: two scales are one if they are one in float32
+    zp = q.get("zero_point")
+    return (q["name"], np.float32(q["scale"]), None if zp is None else int(zp))
+
+
+def same_dtype(a, b):
+    """Whether numpy dtypes ``a`` and ``b`` are one MegEngine dtype: numpy's ``==`` ignores
+    metadata (``qint8(0.1) == qint8(0.2) == int8``), so the quantization -- type name, scale (in
+    float32, as MegEngine compares it) and zero point -- is compared too."""
+    if a != b:
+        return False
+    qa, qb = quantization(a), quantization(b)
+    if qa is None or qb is None:
+        return qa is qb
+    return _qkey(qa) == _qkey(qb)
+
+
+def describe(d):
+    """``d`` for an error message: a quantized dtype shows its quantization (``str`` of it is
+    only the storage dtype's name)."""
+    q = quantization(d)
+    if q is None:
+        return str(d)
+    zp = q.get("zero_point")
+    return (f"{d}({q['name']}, scale={q['scale']}" + ("" if zp is None else f", zero_point={zp}")
+            + ")")
+
+
+def quantized_host_array(data, dtype):
+    """The host array of ``Tensor(data, dtype=dtype)`` for a quantized ``dtype``, as MegEngine
+    1.13's ``TensorWrapper`` makes it (``pyobj2hval`` and ``np2tensor`` in its
+    ``imperative/python/src``).
+
+    The values are *not* quantized (``astype`` does that): they are taken as the stored integers
+    and cast, as C casts them, to the storage type (``int8``, ``uint8``, ``int32``):
+
+    * a Python ``float`` becomes a C ``float``, a Python ``int`` a 32-bit C ``int`` (``2**32 + 3``
+      gives 3), then the storage type: floats truncate toward zero (``2.7`` -> 2, ``-2.7`` -> -2),
+      integers wrap (``300`` -> 44 in ``int8``, ``-1`` -> 255 in ``uint8``);
+    * anything else (lists, tuples, numpy arrays and scalars, ``bool``) becomes a numpy array as
+      numpy makes it, whose values numpy's ``astype`` casts the same way (an array of the storage
+      type, or of another quantization, keeps its integers);
+    * ``None`` is an empty array;
+    * for ``qint4``/``quint4`` every value, after the cast, must lie in ``[-8, 7]``/``[0, 15]``
+      (:class:`QuantizedRangeError` otherwise), as MegEngine checks when it packs them.
+
+    The result has ``dtype`` itself, scale and zero point included, and never aliases ``data``.
+    Where MegEngine fails instead (an array already of the storage type or of another
+    quantization of it; Python numbers for the 4-bit types and ``qint1``; empty data for the 4-bit
+    types), mge takes the data by the same rules (``docs/differences.rst``).
+    """
+    storage = np.dtype(dtype.str)  # the plain storage dtype: numpy casts to it, then the view
+    t = type(data)  # exact types, as MegEngine tells them (bool goes the numpy way: it is not int)
+    # (MegEngine's C casts of one number are silent; numpy's of nan/inf/overflow warn)
+    if t is float:
+        with np.errstate(over="ignore", invalid="ignore"):
+            arr = np.array(data, dtype=float32).astype(storage)
+    elif t is int:
+        # (beyond int64 numpy raises OverflowError; MegEngine a SystemError)
+        arr = np.array(data, dtype=int64).astype(int32).astype(storage)
+    else:
+        try:
+            src = np.asarray([] if data is None else data)
+            arr = src.astype(storage, order="C")  # (a copy, even of a storage-typed array)
+        except (ValueError, TypeError) as e:
+            raise TypeError(f"cannot convert {type(data).__name__} to a tensor of "
+                            f"{describe(dtype)}: {e}") from e
+    q = quantization(dtype)
+    rng = _LOWBIT_RANGE.get(q["name"])
+    if rng is not None and arr.size:
+        # (MegEngine reads the byte as int8 for both 4-bit types: for quint4's uint8 the test
+        # on the uint8 value is the same one)
+        lo, hi = int(arr.min()), int(arr.max())
+        if lo < rng[0] or hi > rng[1]:
+            raise QuantizedRangeError(
+                f"data exceeds range({rng[0]},{rng[1]}) of data type {q['name']}: the values, "
+                f"cast to {storage}, lie in [{lo}, {hi}]")
+    return arr.view(dtype)
 
 
 def common_dtype(dtypes):

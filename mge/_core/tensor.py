@@ -5,7 +5,7 @@ import numpy as np
 from . import _accel
 from .channel import get_channel
 from .device import as_device
-from .dtype import canonical, host_array
+from .dtype import canonical, describe, host_array, same_dtype
 from .ops.elemwise import TypeCvt, elemwise_op
 from .ops.assign import Assign
 from .ops.misc import Copy, Detach, Identity
@@ -87,11 +87,13 @@ class Tensor:
     def __init__(self, data, dtype=None, device=None, is_const=False, no_cache=False, name=None,
                  format="default"):
         if isinstance(data, Tensor):
-            # As in MegEngine, Tensor(t, dtype=..., device=...) does not convert: they must match.
+            # As in MegEngine, Tensor(t, dtype=..., device=...) does not convert: they must match,
+            # a quantization included (numpy's == ignores it: qint8(0.1) == int8).
             src = data
-            if dtype is not None and canonical(dtype) != src._info.dtype:
-                raise RuntimeError(f"Tensor(tensor, dtype=...): dtype mismatch: {canonical(dtype)} "
-                                   f"vs {src._info.dtype} (use tensor.astype to convert)")
+            if dtype is not None and not same_dtype(canonical(dtype), src._info.dtype):
+                raise RuntimeError(f"Tensor(tensor, dtype=...): dtype mismatch: "
+                                   f"{describe(canonical(dtype))} vs {describe(src._info.dtype)} "
+                                   f"(use tensor.astype to convert)")
             if device is not None and as_device(device) != src.device:
                 raise RuntimeError(f"Tensor(tensor, device=...): device mismatch: "
                                    f"{as_device(device)} vs {src.device} (use tensor.to to copy)")
