@@ -33,6 +33,12 @@ def test_explicit_dtype_and_float64_when_asked():
         Tensor(["a", "b"])
 
 
+def test_a_tensor_of_none_is_empty_float32_as_in_megengine():
+    for t in (Tensor(None), tensor(None), Tensor(None, dtype="int32")):
+        assert t.shape == (0,) and t.numpy().size == 0
+    assert Tensor(None).dtype == np.float32 and Tensor(None, dtype="int32").dtype == np.int32
+
+
 def test_signature_and_alias():
     assert tensor is Tensor
     t = Tensor([1.0], dtype=None, device=None, is_const=False, no_cache=False, name="w")

@@ -105,6 +105,8 @@ class Tensor:
             if state:
                 self.__dict__.update(state)
         else:
+            if data is None:  # (MegEngine's: an empty float32 tensor)
+                data = []
             self._info = _channel.put(host_array(data, dtype), as_device(device), no_cache)
         if is_const:
             self._is_const = True
