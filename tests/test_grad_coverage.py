@@ -35,7 +35,7 @@ from test_grad_second_order import _case_modules
 # Ops with a kernel and no backward rule: none of their inputs ever needs a gradient.
 from mge.jit.program import (BiasAct, BiasSGDUpdate, MatrixMulPair, MatrixMulUpdate,  # noqa: E402
                              TracedProgram)
-from mge._core.ops.program import ElemwiseChain  # noqa: E402
+from mge._core.ops.program import ElemwiseChain, MultiUpdate  # noqa: E402
 from mge._core.ops.quantized import (  # noqa: E402
     BatchConvBias, ConvBias, ElemwiseMultiType, QuantizedConvolutionBackwardData,
     QuantizedElemwise, QuantizedMatrixMul, QuantizedTypeCvt,
@@ -54,8 +54,10 @@ NO_RULE = {
     CheckNonFinite,
     # A replaying trace's compiled program runs below the grad segment (the ops it replays were
     # recorded, backward included): no GradManager ever sees it.  Nor its paired products, nor
-    # its SGD steps folded into products or sums, nor its fused bias additions.
+    # its SGD steps folded into products or sums, nor its fused bias additions, nor its groups
+    # of optimizer updates.
     TracedProgram, MatrixMulPair, MatrixMulUpdate, BiasAct, BiasSGDUpdate, ElemwiseChain,
+    MultiUpdate,
     # Image ops with no gradient in MegEngine: NMS takes detached boxes and answers indices; the
     # colour conversions work on images (uint8 mostly), outside any model's recorded graph.
     NMSKeep, CvtColor,

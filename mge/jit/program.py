@@ -44,6 +44,12 @@ of a ``Recording`` (``compile_program``) does, in order:
   thread (``CpuKernels.gemm_start``) while the small steps around it that do not need it run,
   then the program waits for it (``_overlap_products``), where a hand-over to that thread is
   measured quick enough to pay (``overlaps_pay``);
+* **updates of many parameters as one step** (a program for another device only) -- an
+  optimizer's fused updates (``SGDUpdate``, ``AdamUpdate``...) of one op and one set of dtypes
+  that run one after another, or that only other updates separate, become one ``MultiUpdate``
+  step (``_group_updates``): the CUDA device runs it in one launch (or a few) instead of one a
+  parameter, with the single updates' bits.  Only independent updates move next to each other,
+  and nothing moves past an op that is not an update;
 * **the thread** -- the program runs on the worker thread when one of its ops would
   (``long_running``: matrix products, convolutions), overlapping the caller's Python, and on the
   caller's thread otherwise.
@@ -64,8 +70,11 @@ from .._core.device.cpu.kernels.elemwise import _IN_PLACE as _UFUNCS  # mode -> 
 from .._core.ops.base import INFER, OpDef, TensorDesc, def_infer
 from .._core.ops.elemwise import Elemwise
 from .._core.ops.matmul import MatrixMul
-from .._core.ops.optimizer import SGDUpdate
-from .._core.ops.program import ElemwiseChain as _ElemwiseChain, Program
+from .._core.ops.optimizer import (
+    AdadeltaUpdate, AdagradUpdate, AdamUpdate, RMSpropUpdate, SGDUpdate,
+)
+from .._core.ops.program import ElemwiseChain as _ElemwiseChain, MultiUpdate as _MultiUpdate
+from .._core.ops.program import Program
 from .._core.ops.reduce import Reduce
 from .._core.ops.rng import reseeded as _reseeded
 from . import arith as _arith
@@ -838,6 +847,9 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
         keep = _fold_updates(ops, keep, descs, wanted, opt_level)
         keep = _fuse_bias_act(ops, keep, descs, wanted, opt_level)
         keep = _fold_bias_updates(ops, keep, descs, wanted, opt_level)
+    groups = ()
+    if not on_cpu:  # (a device that updates many parameters in one launch: MultiUpdate)
+        keep, groups = _group_updates(rec, keep)
     produced = set()
     for k in keep:
         produced.update(ops[k][2])
@@ -867,7 +879,12 @@ def compile_program(rec, start, stop, out_vars, profile=None, opt_level=2):
     works = []     # per plan step: the multiply-adds of a product that may pair, else 0
     long_running = False
     fresh = set()  # vars whose buffer the program made and nobody else sees
-    for unit in (_fusion_units(rec, keep) if on_cpu else _chain_units(rec, keep)):
+    units = _fusion_units(rec, keep) if on_cpu else _with_groups(_chain_units(rec, keep), groups)
+    for unit in units:
+        if type(unit) is _UpdateGroup:  # optimizer updates of many parameters: one step
+            n_slots = _plan_group(rec, unit, slot, n_slots, last, keep_alive, plan)
+            works.append(0)
+            continue
         if type(unit) is list:  # a fused elementwise chain
             before = len(plan)
             fuse = _plan_fused if on_cpu else _plan_chain
@@ -1107,6 +1124,109 @@ def _plan_chain(rec, run, slot, n_slots, last, keep_alive, out_vars, plan):
 def _chain_supports(mode, dtypes):
     from .._core.device.cuda.kernels.elemwise_chain import chain_supports  # (on first use)
     return chain_supports(mode, dtypes)
+
+
+# -- optimizer updates of many parameters for another device (MultiUpdate: a few launches) ------
+#: The update ops that group (each has a multi-tensor kernel on the CUDA device).
+GROUPED_UPDATES = (SGDUpdate, AdamUpdate, AdagradUpdate, AdadeltaUpdate, RMSpropUpdate)
+GROUP_MIN_UPDATES = 2  # two updates in one step already save a launch
+
+
+class _UpdateGroup(tuple):
+    """A unit of the plan: the op indices of updates that run as one ``MultiUpdate`` step."""
+
+
+def _update_key(rec, k):
+    # what updates must share to be one group -- the op (hyperparameters included) and every
+    # input's dtype -- or None for an op that does not group (not an update; a shape unknown)
+    op, ins, outs = rec.ops[k]
+    if type(op) not in GROUPED_UPDATES:
+        return None
+    if any(rec.descs[v][0] is None for v in ins + outs):
+        return None
+    return (type(op), op, tuple(np.dtype(rec.descs[v][1]) for v in ins))
+
+
+def _group_updates(rec, keep):
+    """``keep`` with the updates of each window reordered so that those of one key (one op, one
+    set of dtypes) lie next to each other, and those groups (tuples of op indices, at least
+    ``GROUP_MIN_UPDATES`` each).
+
+    A window is a run of updates consecutive in ``keep`` none of which reads what another of the
+    run writes (a parameter updated twice in one call starts a new window): its updates are then
+    independent, and running them in any order reads and writes what running them in the
+    recorded order does.  Any other op ends the window, so nothing moves past an op that is not
+    an update.  (The buffer plan is made after this, on the new order: each intermediate is
+    still freed by its last reader.)"""
+    order, groups = [], []
+    window, written = [], set()
+
+    def close():
+        by_key = {}
+        for k in window:
+            by_key.setdefault(_update_key(rec, k), []).append(k)
+        for members in by_key.values():  # (dicts keep the first member's order)
+            order.extend(members)
+            if len(members) >= GROUP_MIN_UPDATES:
+                groups.append(_UpdateGroup(members))
+        window.clear()
+        written.clear()
+
+    for k in keep:
+        op, ins, outs = rec.ops[k]
+        if _update_key(rec, k) is None:
+            close()
+            order.append(k)
+            continue
+        if written.intersection(ins):
+            close()
+        window.append(k)
+        written.update(outs)
+    close()
+    return order, groups
+
+
+def _with_groups(units, groups):
+    # ``units`` (op indices and chains) with each group's updates -- consecutive op indices
+    # there, updates never being chained -- as the group, at its first member's place
+    if not groups:
+        return units
+    first = {g[0]: g for g in groups}
+    rest = {k for g in groups for k in g[1:]}
+    out = []
+    for u in units:
+        if type(u) is int:
+            if u in rest:
+                continue
+            u = first.get(u, u)
+        out.append(u)
+    return out
+
+
+def _plan_group(rec, group, slot, n_slots, last, keep_alive, plan):
+    # the group as one MultiUpdate step: inputs and outputs the members' one after another; an
+    # intermediate whose last reader is a member (a gradient) is freed by the step, so the
+    # launcher may write an output over it (the single updates' reuse, for the whole group)
+    ops, descs = rec.ops, rec.descs
+    members = set(group)
+    ins, outs = [], []
+    for k in group:
+        ins.extend(ops[k][1])
+        outs.extend(ops[k][2])
+    frees = []
+    for v in dict.fromkeys(ins):
+        if last[v] in members and v not in keep_alive:
+            frees.append(slot[v])
+    reuse = [j for j, v in enumerate(ins) if slot[v] in frees] or None
+    out_slots = []
+    for v in outs:
+        slot[v] = n_slots
+        out_slots.append(n_slots)
+        n_slots += 1
+    step = _MultiUpdate(ops[group[0]][0], len(group))
+    plan.append((step, tuple(slot[v] for v in ins), tuple(out_slots),
+                 [_desc(descs[v]) for v in outs], reuse, tuple(frees), None, -1))
+    return n_slots
 
 
 class Programs:

@@ -17,12 +17,15 @@ tensors, no transformations and no shape rules at run time:
   and dtypes.
 
 A device runs a program as one op: the CPU device with its compiled engine (``mge.jit.engine``),
-the CUDA device step by step through its own ``execute`` (``cuda/launch/program.py``).  A device
+the CUDA device step by step through its own ``execute`` (``cuda/launch/program.py``).
+A program for another device may hold two kinds of steps that stand for several ops: an
+``ElemwiseChain`` (a run of elementwise ops over one shape) and a ``MultiUpdate`` (one
+optimizer's updates of many parameters).  A device
 that runs programs says so with ``Device.runs_programs``.
 """
-from .base import OpDef
+from .base import INFER, OpDef, def_infer, op_error
 
-__all__ = ["Program", "ElemwiseChain"]
+__all__ = ["Program", "ElemwiseChain", "MultiUpdate"]
 
 
 class Program(OpDef):
@@ -30,6 +33,7 @@ class Program(OpDef):
     sets ``plan``, ``n_slots``, ``out_slots``, ``out_descs``, ``consts`` and ``label``."""
 
     never_recompute = True  # DTR cannot recompute a program's outputs piecemeal
+    complex_ok = True  # it passes values to its steps, each checked when it was recorded
 
 
 class ElemwiseChain(OpDef):
@@ -46,3 +50,38 @@ class ElemwiseChain(OpDef):
     _fields = ("steps", "dtypes", "n_in", "outs", "shape")
     long_running = False
     never_recompute = True  # (only in programs, which DTR does not recompute piecemeal)
+
+
+
+class MultiUpdate(OpDef):
+    """The fused optimizer update ``update`` (an ``SGDUpdate``, ``AdamUpdate``...) of ``count``
+    parameters as one op -- a program's step for a device that updates many tensors in one
+    launch (the CUDA device), with the bits of the updates run one by one.
+
+    Every member has the same op (the same hyperparameters) and the same input dtypes; the
+    inputs are the concatenation of the members' inputs (``(param, grad, *states)`` each, all of
+    one length), the outputs the concatenation of their outputs.  Members are independent: none
+    reads what another writes.
+    """
+
+    _fields = ("update", "count")
+    long_running = False
+    never_recompute = True  # (only in programs, which DTR does not recompute piecemeal)
+
+    def members(self, values):
+        """``values`` (the op's inputs) cut into its members' inputs."""
+        n = len(values)
+        if self.count < 1 or n % self.count:
+            raise op_error(TypeError, self, f"{n} inputs do not split into {self.count} updates "
+                                            f"of equal arity")
+        k = n // self.count
+        return [values[m * k:(m + 1) * k] for m in range(self.count)]
+
+
+@def_infer(MultiUpdate)
+def _infer_multi_update(op, descs):
+    rule = INFER[type(op.update)]
+    out = []
+    for member in op.members(list(descs)):
+        out.extend(rule(op.update, member))
+    return out

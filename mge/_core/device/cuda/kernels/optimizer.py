@@ -39,6 +39,11 @@ exception is ``beta ** t`` (see ``DIFFERENCES``).  The kernels are specialised o
 branches (``weight_decay != 0``, ``momentum != 0``, ``nesterov``, ``decoupled``, ``centered``):
 the CPU kernel skips those operations rather than computing with zeros.
 
+**Shared statements.**  ``update_text`` gives one element's statements (loads, operations,
+stores) of an op's update; these kernels wrap them in a loop over one parameter, and the
+multi-tensor kernels of ``multi_update.py`` (``MultiUpdate``: a traced program's updates of many
+parameters in one launch) in a loop over many, so both compute exactly the same operations.
+
 Dtypes: parameter, gradient and states each float16, float32 or float64 (mge keeps the states
 in float32 for float16 parameters), the step counter any of them.
 """
@@ -54,7 +59,8 @@ from .launch import Buf, Launch, Plan, grid_for
 from .norm import _PRELUDE_PARTS, FLOAT_DTYPES, _rule
 
 __all__ = ["NVRTC_OPTIONS", "NTHREADS", "DIFFERENCES", "update_kernels", "update_plan",
-           "OPTIMIZER_OPS", "PLANS", "STRIDED", "INPLACE"]
+           "update_text", "UpdateText", "step_increment", "OPTIMIZER_OPS", "PLANS", "STRIDED",
+           "INPLACE"]
 
 #: NVRTC flags: no contraction into fused multiply-adds (the CPU's roundings).
 NVRTC_OPTIONS = ("--fmad=false",)
@@ -312,46 +318,98 @@ def _state_positions(cls, flags, n):
     return list(range(2, n - 1)), n - 1
 
 
+class UpdateText:
+    """The C of one element's update of an update op (``update_text``), shared by the
+    single-parameter kernels here and the multi-tensor ones (``multi_update.py``) so that both
+    compute the very same statements.
+
+    ``lines`` are the statements for element ``i``: loads of ``in<k>[i]`` for ``k`` in
+    ``arrays`` (``param``, ``grad``, the array states), the operations, and the stores to
+    ``out<j>[i]`` (``out0`` the new parameter, ``out<j>`` the new state of input ``states[j -
+    1]``).  ``step`` is the step counter's input position (None: the op has none) and
+    ``t_expr`` the C of ``t`` (``float(step + 1)``, the value the statements read as ``t``)
+    from a pointer ``step`` to it.  ``in_dtypes``/``out_dtypes`` are the arrays' dtypes,
+    ``storage`` maps a dtype to its C storage type, ``scalars`` names the op's ``double``
+    parameters, and ``tag`` is ``<name>_<flags>_<dtype codes>`` for kernel names."""
+
+    __slots__ = ("lines", "arrays", "states", "step", "t_expr", "in_dtypes", "out_dtypes",
+                 "scalars", "tag")
+
+    storage = _STORAGE
+
+    def __init__(self, **kw):
+        for k, v in kw.items():
+            setattr(self, k, v)
+
+
+def update_text(op, dtypes):
+    """The ``UpdateText`` of update op ``op`` on inputs of ``dtypes`` (checked as
+    ``update_kernels`` checks them)."""
+    cls = _op_class(op)
+    _, flags_of, nstates, has_step, _, _ = _UPDATES[cls]
+    flags = flags_of(op)
+    dts = _check_dtypes(op, dtypes)
+    want = 2 + nstates(flags) + int(has_step)
+    if len(dts) != want:
+        raise TypeError(f"CUDA {op.name} kernel: {want} inputs expected for these settings, got "
+                        f"{len(dts)} (dtypes: {', '.join(str(d) for d in dts)})")
+    return _update_text(cls, flags, dts)
+
+
 @functools.lru_cache(maxsize=None)
-def _update_kernels(cls, flags, dts):
+def _update_text(cls, flags, dts):
     name, _, _, has_step, scalars, fn = _UPDATES[cls]
     states, step = _state_positions(cls, flags, len(dts))
     arrays = [0, 1] + states  # inputs read per element
-    tag = "".join(str(int(f)) for f in flags)
-    sig = "_".join(_CODE[d] for d in dts)
     b = _Builder()
     vals = {k: b.load(f"in{k}", dts[k]) for k in arrays}
     outs = fn(b, flags, vals[0], vals[1], [vals[k] for k in states])
     out_dts = [dts[0]] + [dts[k] for k in states]
     stores = [f"mge_stf(out{j}, i, {v.c});" for j, v in enumerate(outs)]
-    params = [f"{_STORAGE[d]}* out{j}" for j, d in enumerate(out_dts)]
-    params += [f"const {_STORAGE[dts[k]]}* in{k}" for k in arrays]
-    if has_step:
-        params.append(f"const {_STORAGE[dts[step]]}* step")
-    params += ["long long n"] + [f"double {s}" for s in scalars]
-    head = ""
-    if has_step:  # t = float(step + 1) as the CPU kernel takes it, once per thread
+    t_expr = None
+    if has_step:  # t = float(step + 1) as the CPU kernel takes it
         z = dts[step]
         t = "mge_ldf(step, 0) + 1.0f" if z != _F64 else "mge_ldf(step, 0) + 1.0"
-        head = f"    double t = (double)({'mge_r16(' + t + ')' if z == _F16 else t});\n"
-    unused = "".join(f"    (void){s};\n" for s in scalars)  # not every variant uses each
-    body = "\n        ".join(b.lines + stores)
-    kname = f"mge_opt_{name}_{tag}_{sig}"
+        t_expr = f"(double)({'mge_r16(' + t + ')' if z == _F16 else t})"
+    tag = "".join(str(int(f)) for f in flags)
+    sig = "_".join(_CODE[d] for d in dts)
+    return UpdateText(lines=tuple(b.lines + stores), arrays=tuple(arrays), states=tuple(states),
+                      step=step, t_expr=t_expr, in_dtypes=dts, out_dtypes=tuple(out_dts),
+                      scalars=scalars, tag=f"{name}_{tag}_{sig}")
+
+
+@functools.lru_cache(maxsize=None)
+def _update_kernels(cls, flags, dts):
+    u = _update_text(cls, flags, dts)
+    has_step = u.step is not None
+    params = [f"{_STORAGE[d]}* out{j}" for j, d in enumerate(u.out_dtypes)]
+    params += [f"const {_STORAGE[dts[k]]}* in{k}" for k in u.arrays]
+    if has_step:
+        params.append(f"const {_STORAGE[dts[u.step]]}* step")
+    params += ["long long n"] + [f"double {s}" for s in u.scalars]
+    head = f"    double t = {u.t_expr};\n" if has_step else ""  # once per thread
+    unused = "".join(f"    (void){s};\n" for s in u.scalars)  # not every variant uses each
+    body = "\n        ".join(u.lines)
+    kname = f"mge_opt_{u.tag}"
     text = (f"MGE_KERNEL {kname}({', '.join(params)})\n{{\n{unused}{head}"
             f"    MGE_LOOP(unsigned long long, i, n) {{\n        {body}\n    }}\n}}\n")
     out = {"update": KernelSource(kname, _PARTS + ((kname, text),), tuple(params), True, 64,
-                                  len(arrays) + int(has_step))}
+                                  len(u.arrays) + int(has_step))}
     if has_step:
-        z = dts[step]
+        z = dts[u.step]
         sname = f"mge_opt_step_{_CODE[z]}"
-        one = "1.0" if z == _F64 else "1.0f"
-        value = f"mge_ldf(step, 0) + {one}"
         stext = (f"MGE_KERNEL {sname}({_STORAGE[z]}* step_out, const {_STORAGE[z]}* step)\n{{\n"
-                 f"    mge_stf(step_out, 0, {value});\n}}\n")
+                 f"    mge_stf(step_out, 0, {step_increment(z, 'step')});\n}}\n")
         out["step"] = KernelSource(sname, _PARTS + ((sname, stext),),
                                    (f"{_STORAGE[z]}* step_out", f"const {_STORAGE[z]}* step"),
                                    True, 64, 1)
     return out
+
+
+def step_increment(dtype, ptr):
+    """C for ``step + 1`` of the counter of ``dtype`` at pointer ``ptr`` (stored with
+    ``mge_stf``)."""
+    return f"mge_ldf({ptr}, 0) + {'1.0' if np.dtype(dtype) == _F64 else '1.0f'}"
 
 
 def update_plan(op, ins, outs, *, grid=None):

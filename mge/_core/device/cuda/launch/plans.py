@@ -56,8 +56,8 @@ from .. import kernels as _kernels_pkg
 from ..kernels import launch as L
 from . import CUDA_KERNELS, def_launcher
 
-__all__ = ["run_plan", "register_families", "family_modules", "plan_launcher", "DIFFERENCES",
-           "REGISTERED", "UNAVAILABLE"]
+__all__ = ["run_plan", "register_families", "family_modules", "plan_launcher", "inplace_aliases",
+           "DIFFERENCES", "REGISTERED", "UNAVAILABLE"]
 
 #: Where running a plan on the CUDA device differs from the CPU device (beyond each family's own
 #: ``DIFFERENCES``: summation orders and the like).
@@ -354,6 +354,22 @@ def _plan(plan_fn, op, ins, outs):
     return plan
 
 
+def inplace_aliases(inputs, descs, donated, pairs):
+    """``{output position: input buffer}``: the outputs of ``pairs`` (``(out index, in index)``,
+    a family's ``INPLACE`` entry) that may be written into their input's buffer -- one of the
+    ``donated`` positions, whole (no view, no offset), dense and of the output's shape and dtype;
+    each input at most once, pairs past ``descs`` left out."""
+    aliases, used = {}, set()
+    for o, i in pairs:
+        if i in donated and i not in used and o < len(descs):
+            b, d = inputs[i], descs[o]
+            if (d.shape is not None and b.shape == tuple(d.shape) and b.dtype == d.dtype
+                    and b.is_contiguous and b.base is None and b.offset == 0):
+                aliases[o] = b
+                used.add(i)
+    return aliases
+
+
 def plan_launcher(module, cls):
     """The launcher of op class ``cls`` from kernel ``module``'s tables (``PLANS``, ``STRIDED``,
     ``INPLACE``): ``(fn, strided, reuse)``."""
@@ -373,14 +389,7 @@ def plan_launcher(module, cls):
         if not isinstance(plan, L.Plan):
             raise TypeError(f"{op.name}: {module.__name__}.PLANS gave {type(plan).__name__}, "
                             f"not a launch.Plan")
-        aliases, used = {}, set()
-        for o, i in inplace:
-            if i in donated and i not in used and o < len(descs):
-                b, d = inputs[i], descs[o]
-                if (d.shape is not None and b.shape == tuple(d.shape) and b.dtype == d.dtype and b.is_contiguous
-                        and b.base is None and b.offset == 0):
-                    aliases[o] = b
-                    used.add(i)
+        aliases = inplace_aliases(inputs, descs, donated, inplace)
         device.inplace += len(aliases)
         return run_plan(device, plan, inputs, descs, aliases)
 
