@@ -766,6 +766,42 @@ def test_dtr_on_the_cuda_device_evicts_under_its_budget_and_recomputes_bit_ident
         mge.dtr.reset_stats()
 
 
+@pytest.mark.filterwarnings("ignore::RuntimeWarning")  # (the tiny budget on cpu0: DTR says so)
+def test_dtr_switched_off_on_one_device_manages_the_next_device_it_meets(cuda, fresh):
+    # DTR manages the device of its first candidate; switched off, it forgets it (MegEngine's
+    # clear_candidates), so a DTR session on cpu0 whose tensors are still alive does not keep it
+    # from managing the CUDA device next (it did: the order of two test files showed it)
+    n = 64 * 1024
+    x = rng(5).standard_normal(n).astype("float32")
+    plain = _tanh_chain("cudamem0", x)[-1].numpy()
+    gc.collect()
+    mge._full_sync()
+    from mge.jit import DTRConfig, trace
+    try:
+        # a traced function with DTR on cpu0: DTR on during its calls only
+        f = trace(lambda t: _tanh_chain("cpu0", t, steps=8)[-1],
+                  dtr_config=DTRConfig(eviction_threshold=1 << 12, evictee_minimum_size=1024))
+        on_cpu = [f(mge.tensor(x[:512])) for _ in range(2)]  # alive through the next session
+        mge._full_sync()
+        mge.dtr.evictee_minimum_size = 1024
+        base = D.get_allocated_memory("cudamem0")
+        mge.dtr.eviction_threshold = base + 5 * 4 * n
+        mge.dtr.enable()
+        mge.dtr.reset_stats()
+        D.reset_max_memory_stats("cudamem0")
+        ys = _tanh_chain("cudamem0", x)
+        mge._full_sync()
+        assert D.get_max_allocated_memory("cudamem0") <= base + 7 * 4 * n
+        assert mge.dtr.stats()["evictions"] > 10
+        np.testing.assert_array_equal(ys[-1].numpy(), plain)
+        assert on_cpu[-1].numpy().shape == (512,)
+    finally:
+        mge.dtr.disable()
+        mge.dtr.eviction_threshold = 0
+        mge.dtr.evictee_minimum_size = "1MB"
+        mge.dtr.reset_stats()
+
+
 def test_dtr_evicts_when_the_pool_runs_out_without_a_budget(cuda, fresh):
     # Without a budget (eviction_threshold 0) DTR evicts when an allocation fails, as MegEngine
     # does: the pool's out-of-memory callback evicts the best candidate and the pool tries

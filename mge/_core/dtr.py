@@ -195,6 +195,9 @@ class DynamicSublinear:
         last.slot = slot
         cands.pop()
         e.slot = -1
+        if not cands:  # none left: the next candidate's device is the one managed
+            self.device = None
+            self.free_beside = None
 
     @cython.ccall
     @cython.locals(e=Entry)

@@ -96,6 +96,8 @@ class Executor:
             self.worker_options[name] = value
             if name == "enable_dtr_auto_drop":
                 self.dtr_mode = bool(value)
+                if not value:  # DTR off: no candidates, and no device managed (the next picks)
+                    self.dtr.clear_candidates()
         # (PUSH_SCOPE, POP_SCOPE: the seed's kinds; the channel sends none, scopes are the caller's)
 
     def _do_apply(self, op, inputs, outputs, dels):
