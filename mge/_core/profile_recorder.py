@@ -421,7 +421,7 @@ class Recorder:
             return fn(device, op, inputs, descs, reuse)
         timer = self.timers.get(device, _UNSET)
         if timer is _UNSET:
-            from .profiler import DeviceTimer
+            from .device_timer import DeviceTimer
             timer = self.timers[device] = DeviceTimer.for_device(device)
         mark = timer.begin() if timer is not None else None
         try:
